@@ -47,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--batch-size", type=_positive_int, help="expected batch size B (Poisson rate q = B/n)")
     run.add_argument("--lr", type=float)
     run.add_argument("--clip", type=float, help="per-example L2 clipping norm C")
+    run.add_argument("--profile", help="a named setting of the task: paper (the seed paper's), smoke (a quick test)")
     run.add_argument("--set", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                      help="any other hyperparameter or task option (repeatable)")
     run.add_argument("--sampler", choices=SAMPLERS, help="poisson (default for private methods) or shuffle")
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             overrides.update(args.set)
             spec = engine.RunSpec(
                 method=args.method, task=args.task, epsilon=args.epsilon, noise_multiplier=args.noise_multiplier,
-                delta=args.delta, seed=args.seed, overrides=overrides, sampler=args.sampler,
+                delta=args.delta, seed=args.seed, overrides=overrides, profile=args.profile, sampler=args.sampler,
                 accountant=args.accountant, force_delta=args.force_delta, accelerator=args.accelerator,
                 checkpoint_dir=args.checkpoint_dir, plugins=args.plugins, wandb_project=args.wandb_project,
                 wandb_entity=args.wandb_entity, no_wandb=args.no_wandb)

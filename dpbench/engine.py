@@ -12,7 +12,7 @@ import math
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -47,6 +47,7 @@ class RunSpec:
     delta: float | None = None
     seed: int = 0
     overrides: dict[str, Any] = field(default_factory=dict)
+    profile: str | None = None
     sampler: str | None = None
     accountant: str = "pld"
     force_delta: bool = False
@@ -78,11 +79,27 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
     return value
 
 
-def apply_overrides(hp: dict[str, Any], task: type[Task], method_name: str, overrides: dict[str, Any]):
+BUDGET_KEYS = ("epsilon", "noise_multiplier", "delta")
+
+
+def profile_settings(task: type[Task], method_name: str, profile: str | None) -> dict[str, Any]:
+    """The settings of the task's ``profile`` for ``method_name`` (its per-method entries win); {} for None."""
+    if profile is None:
+        return {}
+    if profile not in task.profiles:
+        known = ", ".join(task.profiles) or "none"
+        raise UsageError(f"task {task.name} has no profile {profile!r}; profiles: {known}")
+    settings = {key: value for key, value in task.profiles[profile].items() if key != "methods"}
+    settings.update(task.profiles[profile].get("methods", {}).get(method_name, {}))
+    return settings
+
+
+def apply_overrides(hp: dict[str, Any], task: type[Task], method_name: str, overrides: dict[str, Any],
+                    options: dict[str, Any] | None = None):
     """The command line's values over ``hp`` and the task's options; returns (hyperparameters, task options).
 
     Unknown keys are refused with the list of valid ones."""
-    options = dict(task.options)
+    options = dict(task.options if options is None else options)
     for key, value in overrides.items():
         if key in options:
             options[key] = _coerce(key, value, options[key])
@@ -94,17 +111,22 @@ def apply_overrides(hp: dict[str, Any], task: type[Task], method_name: str, over
     return hp, options
 
 
-def resolve_hyperparameters(method: type[Method], task: type[Task], overrides: dict[str, Any]):
-    """Method defaults < engine defaults < task defaults < task's per-method defaults < command line.
+def resolve_hyperparameters(method: type[Method], task: type[Task], overrides: dict[str, Any],
+                            profile: str | None = None):
+    """Method defaults < engine defaults < task defaults < task's per-method defaults < profile < command line.
 
-    Returns (hyperparameters, task options).
+    Returns (hyperparameters, task options). A profile's keys that are neither a hyperparameter of this method
+    nor a task option (e.g. another method's) are skipped; its budget keys are read by :func:`run`.
     """
     hp = {**method.defaults, **ENGINE_DEFAULTS}
     if not method.private:
         del hp["clip"]
-    for source in (task.defaults, task.method_defaults.get(method.name, {})):
+    options = dict(task.options)
+    profiled = profile_settings(task, method.name, profile)
+    for source in (task.defaults, task.method_defaults.get(method.name, {}), profiled):
         hp.update({key: value for key, value in source.items() if key in hp})
-    hp, options = apply_overrides(hp, task, method.name, overrides)
+    options.update({key: value for key, value in profiled.items() if key in options})
+    hp, options = apply_overrides(hp, task, method.name, overrides, options)
     for key in ("epochs", "batch_size"):
         if hp[key] < 1:
             raise UsageError(f"{key} must be at least 1, got {hp[key]}")
@@ -170,7 +192,8 @@ class PrivateTraining(pl.LightningModule):
             if batch is None:
                 raise RuntimeError(f"{self.method_class.name} asked for more than "
                                    f"releases_per_step={self.method_class.releases_per_step} gradients in one step")
-            return self.release(*batch)
+            x, y = batch
+            return self.release(self.task.augment(x), y)
 
         self.method.step(release)
         self.steps += 1
@@ -223,6 +246,12 @@ def run(spec: RunSpec) -> dict[str, Any]:
         from dpbench import release  # imported here: dpbench.release builds on this module
 
         return release.run(spec, method, task_class)
+    budget = {key: value for key, value in profile_settings(task_class, method.name, spec.profile).items()
+              if key in BUDGET_KEYS}
+    if method.private and spec.epsilon is None and spec.noise_multiplier is None:  # the profile's budget
+        spec = replace(spec, epsilon=budget.get("epsilon"), noise_multiplier=budget.get("noise_multiplier"))
+    if spec.delta is None and "delta" in budget:
+        spec = replace(spec, delta=budget["delta"])
     _check_budget(spec, method)
     sampler_name = spec.sampler or method.default_sampler
     if sampler_name not in SAMPLERS:
@@ -231,7 +260,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
         raise UsageError(f"{method.name} uses full batches: it takes no batch size")
     if method.clip_to_task_bound and "clip" in spec.overrides:
         raise UsageError(f"{method.name} scales its noise to the task's gradient norm bound: it takes no clip")
-    hp, options = resolve_hyperparameters(method, task_class, spec.overrides)
+    hp, options = resolve_hyperparameters(method, task_class, spec.overrides, spec.profile)
 
     pl.seed_everything(spec.seed, verbose=False)
     try:
@@ -279,6 +308,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
 
     record = {  # known before training; W&B gets it as the run's configuration
         **records.provenance(task_class.name, method.name, data, spec.seed, hp | options, spec.overrides),
+        "profile": spec.profile,
         "private": method.private,
         "epsilon_target": target_epsilon if method.private else None,
         "delta": delta if method.private else None,

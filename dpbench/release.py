@@ -269,6 +269,8 @@ def _refuse_gradient_options(spec: RunSpec, method: type[ReleaseMethod]) -> None
     if spec.accountant != "pld":
         raise UsageError(f"{name} is accounted by its release mechanism (see dpbench/release.py); "
                          f"it takes no --accountant {spec.accountant}")
+    if spec.profile is not None:
+        raise UsageError(f"{name} trains linear classifiers, which have no profiles; it takes no --profile")
     if spec.checkpoint_dir:
         raise UsageError(f"{name} does not train under Lightning; it takes no --checkpoint-dir")
     if spec.accelerator != "cpu":

@@ -49,6 +49,11 @@ class Task(pl.LightningModule):
     defaults: ClassVar[dict[str, Any]] = {}
     method_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
     options: ClassVar[dict[str, Any]] = {}
+    #: Named settings (``dpbench run --profile NAME``), applied over the defaults and under the command line:
+    #: hyperparameters and options for every method, per-method ones under ``"methods"``, and a default budget
+    #: (``epsilon`` or ``noise_multiplier``, ``delta``). Deep tasks have ``paper`` (the seed paper's setting) and
+    #: ``smoke`` (end to end on a CPU in under a minute).
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def __init__(self, **options: Any):
         super().__init__()
@@ -67,6 +72,12 @@ class Task(pl.LightningModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)
+
+    def augment(self, x: torch.Tensor) -> torch.Tensor:
+        """Random data augmentation of a training batch, example by example (e.g. crop and flip); none by default.
+
+        It must treat each example independently: the engine applies it before per-example clipping."""
+        return x
 
     def gradient_norm_bound(self) -> float | None:
         """A proven, data-independent bound on every per-example gradient norm, or None where there is none."""

@@ -6,7 +6,7 @@ import pytorch_lightning as pl
 import torch
 
 from dpbench import registry
-from dpbench.engine import PrivateTraining, resolve_hyperparameters
+from dpbench.engine import PrivateTraining, UsageError, resolve_hyperparameters
 from dpbench.method import Method
 from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
 
@@ -100,3 +100,26 @@ def test_ledger_charges_every_drawn_batch_and_refuses_extra_releases():
     greedy.on_fit_start()
     with pytest.raises(RuntimeError, match="more than releases_per_step=1"):
         greedy.training_step(dataset.__getitems__(next(iter(PoissonSampler(len(dataset), 0.01, 1, 1, 0)))), 0)
+
+
+class ProfiledDigits(TASKS["digits"]):
+    name = "profiled_digits"
+    options = {"tag": "plain"}
+    profiles = {"quick": {"epochs": 2, "lr": 0.3, "tag": "quick", "epsilon": 2.0,
+                          "methods": {"dpsgd": {"lr": 0.7}}}}
+
+
+def test_profile_sits_between_the_task_defaults_and_the_command_line():
+    dpsgd_hp, dpsgd_options = resolve_hyperparameters(METHODS["dpsgd"], ProfiledDigits, {}, "quick")
+    assert (dpsgd_hp["epochs"], dpsgd_hp["lr"]) == (2, 0.7)  # the per-method entry wins over the general one
+    nonprivate_hp, _ = resolve_hyperparameters(METHODS["nonprivate"], ProfiledDigits, {}, "quick")
+    assert nonprivate_hp["lr"] == 0.3
+    cli_hp, _ = resolve_hyperparameters(METHODS["dpsgd"], ProfiledDigits, {"lr": "0.1"}, "quick")
+    assert cli_hp["lr"] == 0.1
+    assert "epsilon" not in dpsgd_hp  # budget keys are the run's, not hyperparameters
+    assert dpsgd_options == {"tag": "quick"}
+    plain_hp, plain_options = resolve_hyperparameters(METHODS["dpsgd"], ProfiledDigits, {})
+    assert plain_hp["lr"] == resolve_hyperparameters(METHODS["dpsgd"], TASKS["digits"], {})[0]["lr"]
+    assert plain_options == {"tag": "plain"}
+    with pytest.raises(UsageError, match="has no profile 'paper'; profiles: quick"):
+        resolve_hyperparameters(METHODS["dpsgd"], ProfiledDigits, {}, "paper")
