@@ -293,6 +293,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
     if method.private and delta >= 1 / n and not spec.force_delta:
         raise UsageError(f"delta={delta:g} is not below 1/n = {1 / n:g} for n={n}: such a delta allows releasing "
                          f"an example outright; pass --force-delta to run anyway")
+    data_releases = tuple(release.event for release in data.private_releases) if method.private else ()
     target_epsilon = spec.epsilon
     sigma = 0.0
     if method.private:
@@ -300,11 +301,15 @@ def run(spec: RunSpec) -> dict[str, Any]:
             sigma = spec.noise_multiplier
         else:
             target_epsilon = target_epsilon if target_epsilon is not None else task_class.defaults.get("epsilon", 1.0)
-            sigma = calibrate_noise_multiplier(target_epsilon, delta, sample_rate, planned_releases, spec.accountant,
-                                               sampler_name, steps_per_epoch * per_step)
+            try:
+                sigma = calibrate_noise_multiplier(target_epsilon, delta, sample_rate, planned_releases,
+                                                   spec.accountant, sampler_name, steps_per_epoch * per_step,
+                                                   data_releases)
+            except ValueError as error:
+                raise UsageError(f"task {task_class.name}: {error}") from None
 
     def releases_charged(count: int) -> GaussianReleases:
-        return GaussianReleases(sample_rate, sigma, count, sampler_name, steps_per_epoch * per_step)
+        return GaussianReleases(sample_rate, sigma, count, sampler_name, steps_per_epoch * per_step, data_releases)
 
     record = {  # known before training; W&B gets it as the run's configuration
         **records.provenance(task_class.name, method.name, data, spec.seed, hp | options, spec.overrides),
@@ -316,6 +321,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
         "sample_rate": sample_rate,
         "accountant": spec.accountant if method.private else None,
         "sampler": sampler_name,
+        "data_releases": [release.description for release in data.private_releases],
     }
     wandb = tracking.wandb_settings(spec.wandb_project, spec.wandb_entity, spec.no_wandb)
     logger = tracking.make_logger(wandb, record) if wandb else False

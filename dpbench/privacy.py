@@ -34,11 +34,22 @@ def _make_accountant(name: str) -> dp_accounting.PrivacyAccountant:
 
 
 @dataclass(frozen=True)
+class DataRelease:
+    """A private release a task makes from the training data before training (e.g. DP-PCA's noisy covariance).
+
+    The engine composes ``event`` with the training's releases, so the run's ε covers both."""
+
+    description: str
+    event: dp_accounting.DpEvent
+
+
+@dataclass(frozen=True)
 class GaussianReleases:
     """A sequence of noisy gradient releases: the mechanism a training run actually ran.
 
     ``releases``: number of noisy gradient evaluations; ``sample_rate``: q (1 for full batches);
-    ``releases_per_epoch``: for the shuffle sampler, how many releases make one pass over the data.
+    ``releases_per_epoch``: for the shuffle sampler, how many releases make one pass over the data;
+    ``preceded_by``: the events of the task's data releases (:class:`DataRelease`), composed before training.
     """
 
     sample_rate: float
@@ -46,8 +57,13 @@ class GaussianReleases:
     releases: int
     sampler: str = "poisson"
     releases_per_epoch: int = 1
+    preceded_by: tuple[dp_accounting.DpEvent, ...] = ()
 
     def event(self) -> dp_accounting.DpEvent:
+        if self.preceded_by:
+            training = GaussianReleases(self.sample_rate, self.noise_multiplier, self.releases, self.sampler,
+                                        self.releases_per_epoch)
+            return dp_accounting.ComposedDpEvent([*self.preceded_by, training.event()])
         if self.releases == 0:
             return dp_accounting.NoOpDpEvent()
         if self.sampler == "poisson":
@@ -80,11 +96,20 @@ def calibrate_noise_multiplier(
     accountant: str = "pld",
     sampler: str = "poisson",
     releases_per_epoch: int = 1,
+    preceded_by: tuple[dp_accounting.DpEvent, ...] = (),
 ) -> float:
-    """Smallest σ (to dp-accounting's bisection tolerance) whose ε for this mechanism is ≤ ``target_epsilon``."""
+    """Smallest σ (to dp-accounting's bisection tolerance) whose ε for this mechanism is ≤ ``target_epsilon``.
+
+    With ``preceded_by``, the training gets what those data releases leave of the budget."""
+    if preceded_by:
+        spent_before = float(_make_accountant(accountant).compose(
+            dp_accounting.ComposedDpEvent(list(preceded_by))).get_epsilon(delta))
+        if spent_before >= target_epsilon:
+            raise ValueError(f"the task's data releases alone spend ε = {spent_before:.4g} "
+                             f"≥ the target {target_epsilon:g}")
 
     def releases_with(sigma: float) -> dp_accounting.DpEvent:
-        return GaussianReleases(sample_rate, sigma, releases, sampler, releases_per_epoch).event()
+        return GaussianReleases(sample_rate, sigma, releases, sampler, releases_per_epoch, preceded_by).event()
 
     sigma = dp_accounting.calibrate_dp_mechanism(
         lambda: _make_accountant(accountant),

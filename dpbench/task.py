@@ -12,6 +12,8 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
+from dpbench.privacy import DataRelease
+
 
 @dataclass
 class TaskData:
@@ -20,6 +22,8 @@ class TaskData:
     ``data_id`` names the dataset *as used*: a subset or lossy copy carries its own id (``covertype-first10k``),
     never the full dataset's. ``note`` is shown to the user and stored with the run (e.g. why it is a subset).
     ``preprocessing`` describes every transformation, including any that looked at the data.
+    ``private_releases`` lists what a private preprocessing step released from the training data (e.g. DP-PCA);
+    the engine charges them to the run together with the training.
     """
 
     x_train: torch.Tensor
@@ -29,6 +33,7 @@ class TaskData:
     data_id: str
     preprocessing: str
     note: str | None = None
+    private_releases: tuple[DataRelease, ...] = ()
 
     @property
     def n_train(self) -> int:

@@ -88,3 +88,18 @@ def test_privacy_command_refuses_bad_input(args, capsys):
     assert main(["privacy", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("dpbench: error:") and err.count("\n") == 1
+
+
+def test_data_releases_are_composed_with_training_and_leave_it_the_rest_of_the_budget():
+    pca = dp_accounting.GaussianDpEvent(7.0)
+    q, steps, delta = 0.01, 500, 1e-5
+    sigma_alone = calibrate_noise_multiplier(1.0, delta, q, steps)
+    sigma_after_pca = calibrate_noise_multiplier(1.0, delta, q, steps, preceded_by=(pca,))
+    assert sigma_after_pca > sigma_alone
+    training = dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma_after_pca)), steps)
+    independent = dp_accounting.pld.PLDAccountant().compose(pca).compose(training).get_epsilon(delta)
+    assert GaussianReleases(q, sigma_after_pca, steps, preceded_by=(pca,)).epsilon(delta) == pytest.approx(independent)
+    assert 0.99 < independent <= 1.0
+    with pytest.raises(ValueError, match="data releases alone spend"):
+        calibrate_noise_multiplier(1.0, delta, q, steps, preceded_by=(dp_accounting.GaussianDpEvent(1.0),))
