@@ -7,6 +7,7 @@ implementation (ghost norms, book-keeping) replaces :class:`VmapClipper` without
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
 import torch
@@ -15,7 +16,21 @@ from torch.func import functional_call, grad, vmap
 from dpbench.task import Task
 
 
-Transform = Callable[[list[torch.Tensor]], list[torch.Tensor]]
+@dataclass(frozen=True)
+class CoordinateAffine:
+    """The per-example transform g ↦ (g − shift) / scale, coordinate by coordinate (AdaCliP's (g − m)/b).
+
+    Callable like any transform; :class:`~dpbench.ghost.GhostClipper` also recognizes it and computes the
+    transformed norms and clipped sum without materializing per-example gradients where a layer allows it."""
+
+    shift: list[torch.Tensor]
+    scale: list[torch.Tensor]
+
+    def __call__(self, gradients: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [(g - m) / b for g, m, b in zip(gradients, self.shift, self.scale)]
+
+
+Transform = Callable[[list[torch.Tensor]], list[torch.Tensor]] | CoordinateAffine
 
 
 class PerExampleClipper(Protocol):

@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from dpbench import records, registry, store, tracking
-from dpbench.clipping import PerExampleClipper
+from dpbench.clipping import PerExampleClipper, Transform
 from dpbench.ghost import make_clipper
 from dpbench.method import GradientMechanism, Method, ReleaseMethod
 from dpbench.privacy import ACCOUNTANTS, SAMPLERS, GaussianReleases, calibrate_noise_multiplier
@@ -150,15 +150,18 @@ class PrivateTraining(pl.LightningModule):
             self.method = method(self.params(), hp, self.mechanism)
         except ValueError as error:
             raise UsageError(f"{method.name}: {error}") from None
-        transforms = method.per_example_transform is not Method.per_example_transform
-        self.transform = self.method.per_example_transform if transforms else None
-        self.clipper = clipper or (make_clipper(task.model, transforms) if method.private else None)
+        self.transforms = method.per_example_transform is not Method.per_example_transform
+        self.clipper = clipper or (make_clipper(task.model, self._transform()) if method.private else None)
         self.epsilon_so_far = epsilon_so_far  # for the per-epoch privacy log, when a logger is attached
         self.automatic_optimization = False
         self.releases = 0  # the ledger: every batch drawn for a private method
         self.steps = 0
         self._metric_sums: dict[str, float] = {}
         self._metric_count = 0
+
+    def _transform(self) -> Transform | None:
+        """The method's per-example transform as of now (it may depend on the method's state)."""
+        return self.method.per_example_transform if self.transforms else None
 
     def params(self) -> list[torch.nn.Parameter]:
         return [p for p in self.task.model.parameters() if p.requires_grad]
@@ -176,7 +179,7 @@ class PrivateTraining(pl.LightningModule):
             loss = self.task.per_example_loss(self.task(x), y).mean()
             return list(torch.autograd.grad(loss, params))
         clip = self.hp["clip"]
-        sums, _ = self.clipper.clipped_sum(self.task, x, y, clip, self.transform)
+        sums, _ = self.clipper.clipped_sum(self.task, x, y, clip, self._transform())
         if self.noise_multiplier > 0:  # σ = 0 only in tests: such a run reports ε = inf
             std = self.noise_multiplier * clip
             sums = [s + std * torch.randn(s.shape, generator=self.noise, device=s.device, dtype=s.dtype) for s in sums]

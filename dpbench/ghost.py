@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from dpbench.clipping import PerExampleClipper, Transform, VmapClipper, clip_factors
+from dpbench.clipping import CoordinateAffine, PerExampleClipper, Transform, VmapClipper, clip_factors
 from dpbench.task import Task
 
 
@@ -47,14 +47,34 @@ class _Linear:
     def record(self, inputs, output):
         return _as_sequence(inputs[0], output)[0], output
 
-    def sq_norms(self, a, g):
+    def supports_affine(self, a) -> bool:
+        """A coordinate-wise transform of g_iᵀ a_i has a closed-form norm only for one input per example."""
+        return a.shape[1] == 1
+
+    def sq_norms(self, a, g, affine=None):
         a, g = _as_sequence(a, g)
+        if affine is not None:
+            return self._affine_sq_norms(a[:, 0], g[:, 0], affine)
         norms = _linear_weight_sq_norms(a, g) if self.layer.weight.requires_grad else 0
         if self.layer.bias is not None and self.layer.bias.requires_grad:
             norms = norms + g.sum(1).pow(2).sum(1)
         return norms
 
-    def clipped(self, a, g, factors):
+    def _affine_sq_norms(self, a, g, affine):
+        """‖(g_i a_iᵀ − M) / S‖² = (g_i²)ᵀ R (a_i²) − 2 g_iᵀ (M∘R) a_i + Σ M²R with R = 1/S² (coordinate-wise)."""
+        weight, bias = self.layer.weight, self.layer.bias
+        norms = 0
+        if weight.requires_grad:
+            shift, scale = affine[weight]
+            inverse_sq = scale.pow(-2)
+            norms = (((g * g) @ inverse_sq) * (a * a)).sum(1) - 2 * ((g @ (shift * inverse_sq)) * a).sum(1) \
+                + (shift * shift * inverse_sq).sum()
+        if bias is not None and bias.requires_grad:
+            shift, scale = affine[bias]
+            norms = norms + ((g - shift) / scale).pow(2).sum(1)
+        return norms
+
+    def clipped(self, a, g, factors, affine=None):
         a, g = _as_sequence(a, g)
         weighted = g * factors[:, None, None]
         grads = {}
@@ -62,6 +82,9 @@ class _Linear:
             grads[self.layer.weight] = weighted.flatten(0, 1).T @ a.flatten(0, 1)
         if self.layer.bias is not None and self.layer.bias.requires_grad:
             grads[self.layer.bias] = weighted.sum((0, 1))
+        if affine is not None:  # Σ_i c_i (G_i − M)/S = (Σ_i c_i G_i − (Σ_i c_i) M)/S
+            total = factors.sum()
+            grads = {p: (grad - total * affine[p][0]) / affine[p][1] for p, grad in grads.items()}
         return grads
 
 
@@ -76,10 +99,13 @@ class _Conv2d(_Linear):
     def _as_linear(self, g):
         return g.flatten(2).transpose(1, 2)  # (B, out, H, W) -> (B, L, out)
 
-    def sq_norms(self, a, g):
+    def supports_affine(self, a) -> bool:
+        return False  # a weight gradient sums over patches: the transformed norm needs it materialized
+
+    def sq_norms(self, a, g, affine=None):
         return super().sq_norms(a, self._as_linear(g))
 
-    def clipped(self, a, g, factors):
+    def clipped(self, a, g, factors, affine=None):
         grads = super().clipped(a, self._as_linear(g), factors)
         if self.layer.weight in grads:
             grads[self.layer.weight] = grads[self.layer.weight].reshape(self.layer.weight.shape)
@@ -95,18 +121,21 @@ class _Embedding:
     def record(self, inputs, output):
         return inputs[0].reshape(len(output), -1), output
 
+    def supports_affine(self, ids) -> bool:
+        return False  # a transformed gradient is dense over the whole table
+
     def _masked(self, ids, g):
         g = g.reshape(len(ids), -1, g.shape[-1])
         if self.layer.padding_idx is not None:
             g = g * (ids != self.layer.padding_idx).unsqueeze(-1)
         return g
 
-    def sq_norms(self, ids, g):
+    def sq_norms(self, ids, g, affine=None):
         g = self._masked(ids, g)
         same = (ids.unsqueeze(2) == ids.unsqueeze(1)).to(g.dtype)
         return (same * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
 
-    def clipped(self, ids, g, factors):
+    def clipped(self, ids, g, factors, affine=None):
         g = self._masked(ids, g) * factors[:, None, None]
         total = torch.zeros_like(self.layer.weight)
         return {self.layer.weight: total.index_add_(0, ids.flatten(), g.flatten(0, 1))}
@@ -126,7 +155,10 @@ class _Normalization:
             normalized = F.group_norm(x, layer.num_groups, eps=layer.eps)
         return normalized.detach(), output
 
-    def _per_example(self, normalized, g):
+    def supports_affine(self, normalized) -> bool:
+        return True
+
+    def _per_example(self, normalized, g, affine=None):
         layer = self.layer
         if isinstance(layer, nn.LayerNorm):  # parameters have the trailing normalized_shape
             dims = tuple(range(1, g.dim() - len(layer.normalized_shape)))
@@ -137,13 +169,16 @@ class _Normalization:
             grads[layer.weight] = (normalized * g).sum(dims) if dims else normalized * g
         if layer.bias is not None and layer.bias.requires_grad:
             grads[layer.bias] = g.sum(dims) if dims else g
+        if affine is not None:
+            grads = {p: (grad - affine[p][0]) / affine[p][1] for p, grad in grads.items()}
         return grads
 
-    def sq_norms(self, normalized, g):
-        return sum(grad.flatten(1).pow(2).sum(1) for grad in self._per_example(normalized, g).values())
+    def sq_norms(self, normalized, g, affine=None):
+        return sum(grad.flatten(1).pow(2).sum(1) for grad in self._per_example(normalized, g, affine).values())
 
-    def clipped(self, normalized, g, factors):
-        return {p: torch.einsum("b,b...->...", factors, grad) for p, grad in self._per_example(normalized, g).items()}
+    def clipped(self, normalized, g, factors, affine=None):
+        return {p: torch.einsum("b,b...->...", factors, grad)
+                for p, grad in self._per_example(normalized, g, affine).items()}
 
 
 def _rule(module: nn.Module):
@@ -170,15 +205,20 @@ def unsupported_layers(model: nn.Module) -> list[str]:
 
 
 class GhostClipper:
-    """Per-example clipping from layer inputs and output gradients: one forward and one backward pass."""
+    """Per-example clipping from layer inputs and output gradients: one forward and one backward pass.
+
+    A :class:`~dpbench.clipping.CoordinateAffine` transform is applied in closed form for Linear layers with one
+    input per example and for LayerNorm/GroupNorm; for any other layer the call falls back to the reference path.
+    """
 
     def clipped_sum(self, task: Task, x, y, max_norm, transform: Transform | None = None):
-        if transform is not None:
-            raise ValueError("GhostClipper clips plain gradients; per-example transforms need VmapClipper")
+        if transform is not None and not isinstance(transform, CoordinateAffine):
+            raise ValueError("GhostClipper applies only CoordinateAffine transforms; others need VmapClipper")
         model = task.model
         trainable = [p for p in model.parameters() if p.requires_grad]
         if len(x) == 0:
             return [torch.zeros_like(p) for p in trainable], torch.zeros(0, device=x.device)
+        affine = None if transform is None else dict(zip(trainable, zip(transform.shift, transform.scale)))
         rules = [(module, rule) for module in model.modules()
                  if any(p.requires_grad for p in module.parameters(recurse=False)) and (rule := _rule(module))]
         recorded: list[tuple] = []
@@ -194,23 +234,31 @@ class GhostClipper:
                 handle.remove()
         if len(recorded) != len(rules):  # a layer used twice: its per-example norm has cross terms
             warnings.warn("a layer is called more than once per forward pass; using the vmap reference path")
-            return VmapClipper().clipped_sum(task, x, y, max_norm)
+            return VmapClipper().clipped_sum(task, x, y, max_norm, transform)
+        if affine is not None and not all(rule.supports_affine(a) for rule, a, _ in recorded):
+            warnings.warn("the per-example transform has no closed form for a layer with several inputs per "
+                          "example; using the vmap reference path")
+            return VmapClipper().clipped_sum(task, x, y, max_norm, transform)
         output_grads = torch.autograd.grad(losses.sum(), [output for _, _, output in recorded])
-        sq_norms = sum(rule.sq_norms(a, g) for (rule, a, _), g in zip(recorded, output_grads))
+        sq_norms = sum(rule.sq_norms(a, g, affine) for (rule, a, _), g in zip(recorded, output_grads))
         norms = sq_norms.clamp_min(0).sqrt()
         factors = clip_factors(norms, max_norm).detach()
         sums = {p: torch.zeros_like(p) for p in trainable}
         for (rule, a, _), g in zip(recorded, output_grads):
-            for param, grad in rule.clipped(a, g, factors).items():
+            for param, grad in rule.clipped(a, g, factors, affine).items():
                 sums[param] += grad
         return [sums[p].detach() for p in trainable], norms.detach()
 
 
-def make_clipper(model: nn.Module, needs_transform: bool) -> PerExampleClipper:
-    """The fast clipper where every layer has a rule and no per-example transform is needed, else the reference."""
-    if needs_transform:
-        return VmapClipper()
+def make_clipper(model: nn.Module, transform: Transform | None = None) -> PerExampleClipper:
+    """The fast clipper where every layer has a rule for ``transform``, else the reference, with a warning."""
     missing = unsupported_layers(model)
+    if transform is not None and not isinstance(transform, CoordinateAffine):
+        return VmapClipper()  # an arbitrary transform of per-example gradients needs them materialized
+    if isinstance(transform, CoordinateAffine):
+        missing += [f"{name or 'model'} ({type(module).__name__})" for name, module in model.named_modules()
+                    if isinstance(module, (nn.Conv2d, nn.Embedding))
+                    and any(p.requires_grad for p in module.parameters(recurse=False))]
     if missing:
         warnings.warn(f"no fast per-example clipping for {', '.join(missing)}; using the vmap reference path")
         return VmapClipper()

@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from dpbench.clipping import CoordinateAffine
 from dpbench.method import Method
 
 
@@ -85,8 +86,11 @@ class AdaCliP(Method):
         total = sum(s.sum() for s in self.std)
         return [s.sqrt() * total.sqrt() for s in self.std]
 
-    def per_example_transform(self, gradients):
-        return [(g - m) / b for g, m, b in zip(gradients, self.mean, self.scale)]
+    @property
+    def per_example_transform(self) -> CoordinateAffine:
+        """(g − m)/b (Algorithm 1, line 7), in the form the fast clipper computes without per-example gradients
+        on linear layers (``dpbench/ghost.py``); convolutions and embeddings fall back to materializing them."""
+        return CoordinateAffine(self.mean, self.scale)
 
     def step(self, release):
         hp = self.hp

@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from dpbench.clipping import VmapClipper
+from dpbench.clipping import CoordinateAffine, VmapClipper
 from dpbench.ghost import GhostClipper, make_clipper, unsupported_layers
 from dpbench.task import Classification
 
@@ -82,9 +82,52 @@ def test_unsupported_layer_falls_back_with_a_warning_naming_it():
     model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 3))
     assert unsupported_layers(model) == ["1 (BatchNorm1d)"]
     with pytest.warns(UserWarning, match=r"1 \(BatchNorm1d\)"):
-        assert isinstance(make_clipper(model, needs_transform=False), VmapClipper)
-    assert isinstance(make_clipper(nn.Linear(3, 2), needs_transform=True), VmapClipper)
-    assert isinstance(make_clipper(nn.Linear(3, 2), needs_transform=False), GhostClipper)
+        assert isinstance(make_clipper(model), VmapClipper)
+    assert isinstance(make_clipper(nn.Linear(3, 2), lambda grads: grads), VmapClipper)
+    assert isinstance(make_clipper(nn.Linear(3, 2)), GhostClipper)
+    linear = nn.Linear(3, 2)
+    assert isinstance(make_clipper(linear, random_affine(linear)), GhostClipper)
+    net, _ = conv()
+    with pytest.warns(UserWarning, match=r"0 \(Conv2d\), 3 \(Conv2d\)"):
+        assert isinstance(make_clipper(net, random_affine(net)), VmapClipper)
+
+
+def random_affine(model):
+    """A CoordinateAffine with shifts comparable to per-example gradients and scales far from 1."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return CoordinateAffine([0.3 * torch.randn_like(p) for p in params],
+                            [torch.empty_like(p).uniform_(0.05, 3.0) for p in params])
+
+
+def layer_norm_mlp():
+    return nn.Sequential(nn.Linear(6, 8), nn.LayerNorm(8), nn.Tanh(), nn.Linear(8, 3)), torch.randn(7, 6)
+
+
+@pytest.mark.parametrize("build", [mlp, layer_norm_mlp, frozen_first_layer])
+@pytest.mark.parametrize("clip", [0.05, 1.0, float("inf")])
+def test_coordinate_affine_transform_equals_reference(build, clip):
+    """AdaCliP's (g − m)/b: closed-form norms and clipped sums equal transforming materialized gradients."""
+    torch.manual_seed(1)
+    model, x = build()
+    task = Tiny(model)
+    y = torch.randint(0, 3, (len(x),))
+    transform = random_affine(model)
+    fast, fast_norms = GhostClipper().clipped_sum(task, x, y, clip, transform)
+    slow, slow_norms = VmapClipper().clipped_sum(task, x, y, clip, transform)
+    torch.testing.assert_close(fast_norms, slow_norms, rtol=1e-5, atol=1e-7)
+    for f, s in zip(fast, slow):
+        torch.testing.assert_close(f, s, rtol=1e-5, atol=1e-5)
+
+
+def test_coordinate_affine_on_sequence_inputs_falls_back_to_the_reference():
+    torch.manual_seed(0)
+    model, x = sequence_linear()
+    task, y = Tiny(model), torch.randint(0, 3, (7,))
+    transform = random_affine(model)
+    with pytest.warns(UserWarning, match="several inputs per example"):
+        fast, fast_norms = GhostClipper().clipped_sum(task, x, y, 1.0, transform)
+    slow, slow_norms = VmapClipper().clipped_sum(task, x, y, 1.0, transform)
+    torch.testing.assert_close(fast_norms, slow_norms)
 
 
 def test_empty_batch():
