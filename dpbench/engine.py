@@ -172,6 +172,11 @@ class PrivateTraining(pl.LightningModule):
     def on_fit_start(self):
         self.noise = torch.Generator(device=self.device).manual_seed(self.seed)
 
+    def on_train_epoch_start(self):
+        # Lightning (2.x) does not set the epoch of a DataLoader's batch sampler; without this every epoch would
+        # draw epoch 0's batches again, which the accountant's independent Poisson draws do not allow.
+        self.trainer.train_dataloader.batch_sampler.set_epoch(self.current_epoch)
+
     @torch.enable_grad()  # methods may ask for a release inside their own ``torch.no_grad()`` update
     def release(self, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
         params = self.params()
@@ -213,10 +218,15 @@ class PrivateTraining(pl.LightningModule):
             self.log_dict({"privacy/epsilon_spent": self.epsilon_so_far(self.releases),
                            "privacy/gradient_evaluations": float(self.releases), "privacy/steps": float(self.steps)})
 
-    def on_validation_epoch_end(self):
-        self.test_metrics = {f"test_{name}": total / self._metric_count for name, total in self._metric_sums.items()}
-        self.log_dict(self.test_metrics, prog_bar=True)
+    def collect_test_metrics(self) -> dict[str, float]:
+        """The means of the metrics summed by :meth:`validation_step` since the last call."""
+        metrics = {f"test_{name}": total / self._metric_count for name, total in self._metric_sums.items()}
         self._metric_sums, self._metric_count = {}, 0
+        return metrics
+
+    def on_validation_epoch_end(self):
+        self.test_metrics = self.collect_test_metrics()
+        self.log_dict(self.test_metrics, prog_bar=True)
 
 
 def _check_budget(spec: RunSpec, method: type[Method]) -> None:

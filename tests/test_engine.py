@@ -6,7 +6,7 @@ import pytorch_lightning as pl
 import torch
 
 from dpbench import registry
-from dpbench.engine import PrivateTraining, UsageError, resolve_hyperparameters
+from dpbench.engine import PrivateTraining, RunSpec, UsageError, resolve_hyperparameters, run
 from dpbench.method import Method
 from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
 
@@ -123,3 +123,18 @@ def test_profile_sits_between_the_task_defaults_and_the_command_line():
     assert plain_options == {"tag": "plain"}
     with pytest.raises(UsageError, match="has no profile 'paper'; profiles: quick"):
         resolve_hyperparameters(METHODS["dpsgd"], ProfiledDigits, {}, "paper")
+
+
+@pytest.mark.parametrize("sampler", ["poisson", "shuffle"])
+def test_every_epoch_draws_fresh_batches(sampler, monkeypatch):
+    """The accountant assumes independent draws at every step: no epoch may replay an earlier one's batches."""
+    drawn = []
+    original = IndexedTensors.__getitems__
+    monkeypatch.setattr(IndexedTensors, "__getitems__",
+                        lambda self, batches: drawn.append([b.tolist() for b in batches]) or original(self, batches))
+    record = run(RunSpec(method="dpsgd", task="digits", epsilon=1.0, sampler=sampler, overrides={"epochs": 3},
+                         progress_bar=False, no_wandb=True))
+    per_epoch = len(drawn) // 3
+    assert record["steps"] == len(drawn) == 3 * per_epoch
+    epochs = [drawn[e * per_epoch:(e + 1) * per_epoch] for e in range(3)]
+    assert epochs[0] != epochs[1] and epochs[1] != epochs[2] and epochs[0] != epochs[2]
