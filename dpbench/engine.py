@@ -26,7 +26,7 @@ from dpbench.ghost import make_clipper
 from dpbench.method import GradientMechanism, Method, ReleaseMethod
 from dpbench.privacy import ACCOUNTANTS, SAMPLERS, GaussianReleases, calibrate_noise_multiplier
 from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
-from dpbench.task import Task
+from dpbench.task import Task, TaskData
 
 #: Hyperparameters the engine itself uses; tasks override them, then the command line.
 ENGINE_DEFAULTS: dict[str, Any] = {"epochs": 10, "batch_size": 64, "clip": 1.0}
@@ -59,6 +59,11 @@ class RunSpec:
     wandb_project: str | None = None
     wandb_entity: str | None = None
     no_wandb: bool = False
+    #: Tuning trials (``dpbench.tuning``): an object whose ``split(data)`` holds out a fixed, data-independent part
+    #: of the training data before training, returning (training part, held-out part), and whose
+    #: ``score(task, held_out)`` scores the trained model on it; its result is the record's ``validation``.
+    validation: Any = None
+    append_to_store: bool = True  # False for tuning trials: only the selected trial is released
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:
@@ -246,19 +251,50 @@ def _check_budget(spec: RunSpec, method: type[Method]) -> None:
         raise UsageError(f"unknown accountant {spec.accountant!r}; choose one of {', '.join(ACCOUNTANTS)}")
 
 
-def run(spec: RunSpec) -> dict[str, Any]:
-    """Train one model as ``spec`` says, append its record to the results store and return it."""
+@dataclass
+class PlannedRun:
+    """A gradient-method run decided and calibrated, before any training step: what :func:`plan` returns."""
+
+    spec: RunSpec
+    method: type[Method]
+    task: Task
+    data: TaskData
+    hp: dict[str, Any]
+    sampler: PoissonSampler | ShuffleSampler
+    steps_per_epoch: int
+    delta: float
+    data_releases: tuple  # the events of the task's private data releases, charged with the training
+    record: dict[str, Any]  # the record's fields known before training
+    held_out: TaskData | None = None  # a tuning trial's validation part
+
+    def releases_charged(self, count: int) -> GaussianReleases:
+        """The mechanism run after ``count`` noisy gradients (plus the task's data releases)."""
+        return GaussianReleases(self.record["sample_rate"], self.record["noise_multiplier"], count,
+                                self.record["sampler"], self.steps_per_epoch * self.method.releases_per_step,
+                                self.data_releases)
+
+    def module(self, epsilon_so_far: Callable[[int], float] | None = None) -> PrivateTraining:
+        return PrivateTraining(self.task, self.method, self.hp, self.record["noise_multiplier"],
+                               self.record["sample_rate"] * self.data.n_train, self.spec.seed,
+                               steps_per_epoch=self.steps_per_epoch, epsilon_so_far=epsilon_so_far)
+
+
+def registered(spec: RunSpec) -> tuple[type[Method], type[Task]]:
+    """The method and task classes ``spec`` names (plugins included)."""
     plugin_dirs = registry.plugin_dirs(spec.plugins)
     methods, tasks = registry.methods(plugin_dirs), registry.tasks(plugin_dirs)
     if spec.method not in methods:
         raise UsageError(f"unknown method {spec.method!r}; available: {', '.join(methods)}")
     if spec.task not in tasks:
         raise UsageError(f"unknown task {spec.task!r}; available: {', '.join(tasks)}")
-    method, task_class = methods[spec.method], tasks[spec.task]
-    if issubclass(method, ReleaseMethod):  # output/objective perturbation: noise and accounting in dpbench.release
-        from dpbench import release  # imported here: dpbench.release builds on this module
+    return methods[spec.method], tasks[spec.task]
 
-        return release.run(spec, method, task_class)
+
+def plan(spec: RunSpec) -> PlannedRun:
+    """Check ``spec``, load the data, build the model under the seed, choose the sampler and calibrate σ."""
+    method, task_class = registered(spec)
+    if issubclass(method, ReleaseMethod):
+        raise UsageError(f"{method.name} releases through dpbench.release, not by gradient steps")
     budget = {key: value for key, value in profile_settings(task_class, method.name, spec.profile).items()
               if key in BUDGET_KEYS}
     if method.private and spec.epsilon is None and spec.noise_multiplier is None:  # the profile's budget
@@ -281,6 +317,10 @@ def run(spec: RunSpec) -> dict[str, Any]:
     except ValueError as error:
         raise UsageError(f"task {task_class.name}: {error}") from None
     data = task.prepare()
+    held_out = None
+    if spec.validation is not None:  # a tuning trial trains on the training part only
+        data, held_out = spec.validation.split(data)
+        task.data = data
     n = data.n_train
     if method.full_batch:
         hp["batch_size"] = n
@@ -321,9 +361,6 @@ def run(spec: RunSpec) -> dict[str, Any]:
             except ValueError as error:
                 raise UsageError(f"task {task_class.name}: {error}") from None
 
-    def releases_charged(count: int) -> GaussianReleases:
-        return GaussianReleases(sample_rate, sigma, count, sampler_name, steps_per_epoch * per_step, data_releases)
-
     record = {  # known before training; W&B gets it as the run's configuration
         **records.provenance(task_class.name, method.name, data, spec.seed, hp | options, spec.overrides),
         "profile": spec.profile,
@@ -336,13 +373,55 @@ def run(spec: RunSpec) -> dict[str, Any]:
         "sampler": sampler_name,
         "data_releases": [release.description for release in data.private_releases],
     }
+    return PlannedRun(spec, method, task, data, hp, sampler, steps_per_epoch, delta, data_releases, record, held_out)
+
+
+def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, wandb_run=None) -> dict[str, Any]:
+    """Charge what ``module`` drew, complete and seal the record, close its W&B run, store it; returns the record."""
+    spec, record = planned.spec, planned.record
+    try:
+        spent = planned.releases_charged(module.releases).epsilon(planned.delta, spec.accountant) \
+            if planned.method.private else None
+        if planned.method.private and spec.epsilon is not None and spent > spec.epsilon * (1 + 1e-9):
+            raise RuntimeError(f"spent epsilon {spent} exceeds the target {spec.epsilon}: calibration failed")
+    except BaseException:
+        if wandb_run is not None:
+            tracking.finish(wandb_run, None)
+        raise
+    record.update({
+        "epsilon": spent,
+        "steps": module.steps,
+        "gradient_evaluations": module.releases,
+        "train_seconds": train_seconds,
+        "metrics": dict(module.test_metrics),
+        "wandb_run": wandb_run.path if wandb_run is not None else None,
+    })
+    if spec.validation is not None:
+        record["validation"] = spec.validation.score(planned.task, planned.held_out)
+    records.seal(record)
+    if wandb_run is not None:
+        tracking.finish(wandb_run, record)
+    if spec.append_to_store:
+        store.append(record, spec.store_path)
+    return record
+
+
+def run(spec: RunSpec) -> dict[str, Any]:
+    """Train one model as ``spec`` says, append its record to the results store and return it."""
+    method, task_class = registered(spec)
+    if issubclass(method, ReleaseMethod):  # output/objective perturbation: noise and accounting in dpbench.release
+        from dpbench import release  # imported here: dpbench.release builds on this module
+
+        return release.run(spec, method, task_class)
+    planned = plan(spec)
+    spec, data, hp = planned.spec, planned.data, planned.hp
     wandb = tracking.wandb_settings(spec.wandb_project, spec.wandb_entity, spec.no_wandb)
-    logger = tracking.make_logger(wandb, record) if wandb else False
-    epsilon_so_far = ((lambda count: releases_charged(count).epsilon(delta, spec.accountant))
+    logger = tracking.make_logger(wandb, planned.record) if wandb else False
+    epsilon_so_far = ((lambda count: planned.releases_charged(count).epsilon(planned.delta, spec.accountant))
                       if method.private and logger else None)
-    module = PrivateTraining(task, method, hp, sigma, sample_rate * n, spec.seed, steps_per_epoch=steps_per_epoch,
-                             epsilon_so_far=epsilon_so_far)
-    train_loader = DataLoader(IndexedTensors(data.x_train, data.y_train), batch_sampler=sampler, collate_fn=list)
+    module = planned.module(epsilon_so_far)
+    train_loader = DataLoader(IndexedTensors(data.x_train, data.y_train), batch_sampler=planned.sampler,
+                              collate_fn=list)
     # In-memory test set in slices of 4096, no per-example collation.
     test_loader = DataLoader(list(zip(data.x_test.split(4096), data.y_test.split(4096))), batch_size=None)
     callbacks = []
@@ -363,24 +442,8 @@ def run(spec: RunSpec) -> dict[str, Any]:
             trainer.fit(module, train_loader, test_loader)
         if trainer.interrupted:
             raise KeyboardInterrupt
-        train_seconds = time.perf_counter() - started
-        spent = releases_charged(module.releases).epsilon(delta, spec.accountant) if method.private else None
-        if method.private and spec.epsilon is not None and spent > spec.epsilon * (1 + 1e-9):
-            raise RuntimeError(f"spent epsilon {spent} exceeds the target {spec.epsilon}: calibration failed")
     except BaseException:
         if logger:
             tracking.finish(logger.experiment, None)
         raise
-    record.update({
-        "epsilon": spent,
-        "steps": module.steps,
-        "gradient_evaluations": module.releases,
-        "train_seconds": train_seconds,
-        "metrics": dict(module.test_metrics),
-        "wandb_run": logger.experiment.path if logger else None,
-    })
-    records.seal(record)
-    if logger:
-        tracking.finish(logger.experiment, record)
-    store.append(record, spec.store_path)
-    return record
+    return finish(planned, module, time.perf_counter() - started, logger.experiment if logger else None)

@@ -88,13 +88,25 @@ class _Linear:
         return grads
 
 
+def _patches(x: torch.Tensor, layer: nn.Conv2d) -> torch.Tensor:
+    """The input patches each output position sees, (B, L, in·kh·kw): ``F.unfold(...).transpose(1, 2)``.
+
+    Built from a strided view of the padded input, which on the CPU is several times faster than ``F.unfold``
+    (measured on the 5-layer CIFAR-10 CNN: unfold was half of a DP step)."""
+    (kh, kw), (sh, sw), (dh, dw), (ph, pw) = layer.kernel_size, layer.stride, layer.dilation, layer.padding
+    x = F.pad(x, (pw, pw, ph, ph)).contiguous()
+    batch, channels, height, width = x.shape
+    out_h, out_w = (height - dh * (kh - 1) - 1) // sh + 1, (width - dw * (kw - 1) - 1) // sw + 1
+    s_b, s_c, s_h, s_w = x.stride()
+    view = x.as_strided((batch, out_h, out_w, channels, kh, kw), (s_b, s_h * sh, s_w * sw, s_c, s_h * dh, s_w * dw))
+    return view.reshape(batch, out_h * out_w, channels * kh * kw)
+
+
 class _Conv2d(_Linear):
     """A convolution is a linear layer applied to each unfolded input patch."""
 
     def record(self, inputs, output):
-        layer = self.layer
-        patches = F.unfold(inputs[0], layer.kernel_size, layer.dilation, layer.padding, layer.stride)
-        return patches.transpose(1, 2), output  # (B, L, in·kh·kw)
+        return _patches(inputs[0], self.layer), output
 
     def _as_linear(self, g):
         return g.flatten(2).transpose(1, 2)  # (B, out, H, W) -> (B, L, out)

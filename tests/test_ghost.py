@@ -134,3 +134,13 @@ def test_empty_batch():
     task = Tiny(nn.Linear(4, 3))
     sums, norms = GhostClipper().clipped_sum(task, torch.zeros(0, 4), torch.zeros(0, dtype=torch.long), 1.0)
     assert len(norms) == 0 and all((s == 0).all() for s in sums)
+
+
+@pytest.mark.parametrize("kernel, stride, padding, dilation", [(3, 1, 1, 1), (3, 2, 0, 1), ((2, 3), (1, 2), (1, 0), (2, 1))])
+def test_patches_equal_unfold(kernel, stride, padding, dilation):
+    from dpbench.ghost import _patches
+
+    layer = nn.Conv2d(3, 4, kernel, stride=stride, padding=padding, dilation=dilation)
+    x = torch.randn(5, 3, 9, 11)
+    expected = torch.nn.functional.unfold(x, layer.kernel_size, layer.dilation, layer.padding, layer.stride)
+    torch.testing.assert_close(_patches(x, layer), expected.transpose(1, 2), rtol=0, atol=0)

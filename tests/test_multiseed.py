@@ -1,0 +1,126 @@
+"""Seeds trained as one batched computation equal the same seeds trained one by one."""
+from dataclasses import replace
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from dpbench import multiseed, registry, store
+from dpbench.engine import PrivateTraining, RunSpec, resolve_hyperparameters, run
+from dpbench.sampling import IndexedTensors, PoissonSampler
+
+METHODS = registry.methods([])
+TASKS = registry.tasks([])
+
+
+def seeded_run(task_name, method_name, seed, sigma, epochs, **overrides):
+    """What engine.run builds for one seed: model, module, sampler."""
+    hp, _ = resolve_hyperparameters(METHODS[method_name], TASKS[task_name], {"epochs": epochs, **overrides})
+    pl.seed_everything(seed, verbose=False)
+    task = TASKS[task_name]()
+    data = task.prepare()
+    n, batch_size = data.n_train, hp["batch_size"]
+    module = PrivateTraining(task, METHODS[method_name], hp, sigma, batch_size, seed)
+    sampler = PoissonSampler(n, batch_size / n, max(1, round(n / batch_size)), 1, seed)
+    return module, sampler, data
+
+
+def train_alone(module, sampler, data, epochs):
+    module.on_fit_start()
+    examples = IndexedTensors(data.x_train, data.y_train)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for step, batches in enumerate(sampler):
+            module.training_step(examples.__getitems__(batches), step)
+
+
+@pytest.mark.parametrize("task_name, method_name, overrides", [
+    ("digits", "dpsgd", {"momentum": 0.9}),
+    ("breast_cancer", "dpadam_bc", {}),
+    ("digits", "norm_bound", {}),
+])
+def test_batched_seeds_equal_separate_runs(task_name, method_name, overrides):
+    seeds, epochs, sigma = [0, 1, 2], 2, 1.3
+    alone = [seeded_run(task_name, method_name, seed, sigma, epochs, **overrides) for seed in seeds]
+    for module, sampler, data in alone:
+        train_alone(module, sampler, data, epochs)
+    batched = [seeded_run(task_name, method_name, seed, sigma, epochs, **overrides) for seed in seeds]
+    data = batched[0][2]
+    multiseed.train([m for m, _, _ in batched], IndexedTensors(data.x_train, data.y_train),
+                    [s for _, s, _ in batched], epochs)
+    for (one, _, _), (many, _, _) in zip(alone, batched):
+        assert (many.releases, many.steps) == (one.releases, one.steps)
+        for p, q in zip(one.params(), many.params()):
+            torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5)
+        assert multiseed.test_metrics(many, data.x_test, data.y_test)["test_accuracy"] == pytest.approx(
+            multiseed.test_metrics(one, data.x_test, data.y_test)["test_accuracy"], abs=1.5 / len(data.y_test))
+    first = [p.detach() for p in batched[0][0].params()]
+    assert not all(torch.equal(a, b) for a, b in zip(first, batched[1][0].params()))  # seeds differ
+
+
+def test_methods_that_move_parameters_before_their_release_are_refused():
+    class LookAhead(METHODS["dpsgd"]):
+        name = "look_ahead"
+
+        def step(self, release):
+            with torch.no_grad():
+                self.params[0].add_(0.1)
+            super().step(release)
+
+    hp, _ = resolve_hyperparameters(METHODS["dpsgd"], TASKS["digits"], {})
+    pl.seed_everything(0, verbose=False)
+    task = TASKS["digits"]()
+    data = task.prepare()
+    module = PrivateTraining(task, LookAhead, hp, 1.0, 64, 0)
+    sampler = PoissonSampler(data.n_train, 64 / data.n_train, 3, 1, 0)
+    with pytest.raises(multiseed.NotBatchable, match="changes the parameters before its release"):
+        multiseed.train([module], IndexedTensors(data.x_train, data.y_train), [sampler], 1)
+
+
+def module_for(method_name, model=None):
+    task = TASKS["digits"]()
+    task.prepare()
+    if model is not None:
+        task.model = model
+    method = METHODS[method_name]
+    hp, _ = resolve_hyperparameters(method, TASKS["digits"], {})
+    return PrivateTraining(task, method, hp, 1.0 if method.private else 0.0, 64, 0)
+
+
+@pytest.mark.parametrize("method_name, model, message", [
+    ("ada_dp", None, "one release per step"),
+    ("adaclip", None, "per-example transforms"),
+    ("nonprivate", None, "private method"),
+    ("dpsgd", torch.nn.Sequential(torch.nn.Linear(64, 8), torch.nn.ReLU(), torch.nn.Linear(8, 10)), "not a single"),
+])
+def test_only_linear_models_and_plain_private_methods_are_batched(method_name, model, message):
+    with pytest.raises(multiseed.NotBatchable, match=message):
+        multiseed.check_batchable(module_for(method_name, model))
+    multiseed.check_batchable(module_for("dpsgd"))
+
+
+def test_run_seeds_gives_the_records_of_separate_runs():
+    spec = RunSpec(method="dpadam", task="digits", epsilon=1.0, overrides={"epochs": 3}, progress_bar=False,
+                   no_wandb=True)
+    batched = multiseed.run_seeds(spec, [0, 1])
+    for record in batched:
+        alone = run(replace(spec, seed=record["seed"]))
+        for key in ("epsilon", "noise_multiplier", "sample_rate", "steps", "gradient_evaluations", "hyperparameters",
+                    "data_id", "sampler", "accountant"):
+            assert record[key] == alone[key], key
+        assert record["metrics"]["test_accuracy"] == pytest.approx(alone["metrics"]["test_accuracy"], abs=1.5 / 360)
+        assert record["batched_seeds"] == 2 and "batched_seeds" not in alone
+    assert len(store.load()) == 4
+
+
+def test_sweep_batches_the_seeds_it_can_and_resumes(capsys):
+    from dpbench.sweep import run_grid
+
+    grid = {"tasks": ["breast_cancer"], "methods": ["dpsgd", "ada_dp", "amp"], "epsilons": [1.0], "seeds": 2}
+    assert run_grid(grid) == {"ran": 6, "already stored": 0, "refused": 0}
+    records = store.load()
+    batched = {r["method"]: r.get("batched_seeds") for r in records}
+    assert batched == {"dpsgd": 2, "ada_dp": None, "amp": None}
+    assert sorted((r["method"], r["seed"]) for r in records) == sorted(
+        (m, s) for m in grid["methods"] for s in (0, 1))
+    assert run_grid(grid) == {"ran": 0, "already stored": 6, "refused": 0}
