@@ -120,7 +120,8 @@ def test_public_slice_is_disjoint_from_the_private_split(cifar_home):
     assert "substitute for CIFAR-100" in where
     # Disjoint as index ranges of the training set: [0, 10000) public, [10000, 50000) private, together all of it.
     assert torch.equal(public_images, cifar10.x_train[:10000]) and torch.equal(public_labels, cifar10.y_train[:10000])
-    assert torch.equal(private.x_train, cifar10.x_train[10000:]) and torch.equal(private.y_train, cifar10.y_train[10000:])
+    assert torch.equal(private.x_train, cifar10.x_train[10000:])
+    assert torch.equal(private.y_train, cifar10.y_train[10000:])
     assert torch.equal(private.x_test, cifar10.x_test)
     assert private.y_train.bincount().tolist() == [4000] * 10
     limited = cifar.CIFAR10ADADP(train_limit=2000, pretrain_limit=1000).split(cifar10)
@@ -211,7 +212,7 @@ def test_adadp_smoke_profile_caches_frozen_layers_and_features(capsys, cifar_hom
     record = run_json(capsys, "--method", "ada_dp", "--task", "cifar10", "--profile", "smoke")
     assert record["data_id"] == "cifar10-jpeg-train40k-first2000" and record["n_train"] == 2000
     assert "substitute for CIFAR-100" in record["data_note"] and "pretrained non-privately" in record["preprocessing"]
-    assert record["epsilon"] <= 1.5 and record["delta"] == 1e-5 and 0.0 < record["metrics"]["test_accuracy"]
+    assert record["epsilon"] <= 0.6 and record["delta"] == 1e-5 and 0.0 < record["metrics"]["test_accuracy"]
     (weights,) = folder.glob("adadp-convolutions-*.pt")
     (features,) = folder.glob("adadp-features-*-cifar10-jpeg-train40k-first2000.pt")
     frozen, stamp = torch.load(weights, weights_only=True), features.stat().st_mtime_ns
