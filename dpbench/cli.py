@@ -1,4 +1,5 @@
-"""The ``dpbench`` command: ``run``, ``list``, ``privacy``, ``leaderboard``. Bad input: one line on stderr, exit 2."""
+"""The ``dpbench`` command: ``run``, ``tune``, ``list``, ``privacy``, ``sweep``, ``leaderboard``. Bad input: one line on
+stderr, exit 2; a tuning study that cannot release anything: one line, exit 1."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +9,7 @@ import math
 import sys
 from typing import Any
 
-from dpbench import engine, leaderboard, registry, sweep
+from dpbench import engine, leaderboard, registry, sweep, tuning
 from dpbench.data import DataError
 from dpbench.engine import UsageError
 from dpbench.privacy import ACCOUNTANTS, SAMPLERS, GaussianReleases, calibrate_noise_multiplier
@@ -60,6 +61,37 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--wandb-project", help="log to this W&B project (also: WANDB_PROJECT)")
     run.add_argument("--wandb-entity", help="W&B entity (team or user)")
     run.add_argument("--no-wandb", action="store_true", help="do not log to W&B even where it is configured")
+
+    tune = commands.add_parser("tune", help="tune hyperparameters; the total ε covers the tuning")
+    tune.add_argument("--method", required=True)
+    tune.add_argument("--task", required=True)
+    tune.add_argument("--epsilon", type=float, required=True, help="total ε of the whole tuning (per trial: oracle)")
+    tune.add_argument("--delta", type=float, help="total δ (default: the task's, 1/n²)")
+    tune.add_argument("--mode", choices=tuning.MODES, default="random-stopping")
+    tune.add_argument("--trials", type=float, default=8,
+                      help="mean of the random number of trials K (random-stopping), or the number of trials")
+    tune.add_argument("--k-distribution", choices=tuning.K_DISTRIBUTIONS, default="negative-binomial")
+    tune.add_argument("--eta", type=int, choices=(0, 1), default=0,
+                      help="truncated negative binomial shape: 0 logarithmic (default), 1 geometric")
+    tune.add_argument("--search", choices=tuning.SAMPLERS,
+                      help="Optuna sampler: random (random-stopping: the only one), tpe (adaptive's default), qmc")
+    tune.add_argument("--search-space", metavar="FILE", help="JSON search space replacing the method's")
+    tune.add_argument("--validation-fraction", type=float, default=0.1,
+                      help="share of the training data held out to score trials (private modes)")
+    tune.add_argument("--seed", type=int, default=0, help="draws K, the split, the samplers and the trials' seeds")
+    tune.add_argument("--epochs", type=_positive_int)
+    tune.add_argument("--batch-size", type=_positive_int)
+    tune.add_argument("--set", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                      help="fix a hyperparameter or task option outside the search (repeatable)")
+    tune.add_argument("--storage", help="Optuna storage URL (default: sqlite under DPBENCH_HOME); e.g. postgresql://")
+    tune.add_argument("--study", help="study name (default: task-method-mode-eps-seed); workers share it")
+    tune.add_argument("--heartbeat-interval", type=_positive_int, default=10,
+                      help="seconds between a running trial's heartbeats; stale after 3 intervals")
+    tune.add_argument("--plugins", action="append", default=[], metavar="DIR")
+    tune.add_argument("--json", action="store_true", help="print the released record as one JSON object")
+    tune.add_argument("--wandb-project")
+    tune.add_argument("--wandb-entity")
+    tune.add_argument("--no-wandb", action="store_true")
 
     listing = commands.add_parser("list", help="list methods or tasks")
     listing.add_argument("what", choices=["methods", "tasks"])
@@ -124,6 +156,24 @@ def _summary(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _tune_summary(record: dict[str, Any]) -> str:
+    tuned = record["tuning"]
+    lines = [_summary(record).splitlines()[0],
+             f"  tuning: {tuned['mode']}, {tuned['trials_run']} trials ({tuned['trials_failed']} failed), "
+             f"selected trial {tuned['selected_trial']} by {tuned['selected_by']}: "
+             + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in tuned["selected_params"].items())]
+    if tuned["private"]:
+        lines.append(f"  privacy: total ε = {record['epsilon']:.4g} (target {record['epsilon_target']}), "
+                     f"δ = {record['delta']:.3g}, rdp accountant; per trial σ = {tuned['noise_multiplier']:.4g}, "
+                     f"q = {tuned['sample_rate']:.4g}, {tuned['gradient_evaluations']} noisy gradients")
+    else:
+        lines.append(f"  privacy: {tuned['note']}")
+    metrics = ", ".join(f"{k} = {v:.4f}" for k, v in record["metrics"].items())
+    lines += [f"  released model: {metrics}", f"  run {record['run_id']}"]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     # Lightning's informational lines would mix with --json output on stdout.
@@ -140,6 +190,20 @@ def main(argv: list[str] | None = None) -> int:
             print(", ".join(f"{count} {what}" for what, count in counts.items()))
         elif args.command == "leaderboard":
             leaderboard.write(args.format, args.task, args.out, args.from_wandb)
+        elif args.command == "tune":
+            overrides = {key: value for key, value in [("epochs", args.epochs), ("batch_size", args.batch_size)]
+                         if value is not None}
+            overrides.update(args.set)
+            spec = tuning.TuneSpec(
+                method=args.method, task=args.task, epsilon=args.epsilon, delta=args.delta, mode=args.mode,
+                trials=args.trials, k_distribution=args.k_distribution, eta=args.eta, sampler=args.search,
+                validation_fraction=args.validation_fraction, seed=args.seed, overrides=overrides,
+                search_space=tuning.load_search_space(args.search_space) if args.search_space else None,
+                storage=args.storage, study=args.study, heartbeat_interval=args.heartbeat_interval,
+                plugins=args.plugins, wandb_project=args.wandb_project, wandb_entity=args.wandb_entity,
+                no_wandb=args.no_wandb)
+            record = tuning.tune(spec)
+            print(json.dumps(record) if args.json else _tune_summary(record))
         elif args.command == "list":
             folders = registry.plugin_dirs(args.plugins)
             found = registry.methods(folders) if args.what == "methods" else registry.tasks(folders)
@@ -162,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, DataError, registry.RegistryError) as error:
         print(f"dpbench: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except tuning.TuningError as error:
+        print(f"dpbench: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

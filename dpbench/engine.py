@@ -265,7 +265,7 @@ class PlannedRun:
     delta: float
     data_releases: tuple  # the events of the task's private data releases, charged with the training
     record: dict[str, Any]  # the record's fields known before training
-    held_out: TaskData | None = None  # a tuning trial's validation part
+    held_out: Any = None  # a tuning trial's validation part, as its ``spec.validation.split`` returned it
 
     def releases_charged(self, count: int) -> GaussianReleases:
         """The mechanism run after ``count`` noisy gradients (plus the task's data releases)."""

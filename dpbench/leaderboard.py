@@ -10,7 +10,8 @@ How runs are grouped, so that no cell mixes runs that are not comparable:
   hyperparameters (runs of the same method with other hyperparameters get a row of their own, labelled with the
   ones that differ). The tuning mode is the record's ``tuning["mode"]``; records without ``tuning`` ran with
   default (or given) hyperparameters and no tuning, mode "none". Tuned runs' hyperparameters are the tuning's
-  output, so they do not split rows.
+  output, so they do not split rows. Mode "oracle" (selection on the test set, ``dpbench tune --mode oracle``) is
+  shown as "oracle (tuning not private)" in every format (CSV: its ``tuning_note`` column).
 * A column is the run's target ε (``epsilon_target``); runs given a noise multiplier instead have no target and
   go to a column "ε ≈ x (spent)" by their spent ε rounded to 2 significant digits; non-private runs to
   "non-private".
@@ -42,8 +43,9 @@ from dpbench.engine import UsageError
 from dpbench.published import PUBLISHED, PublishedResult
 
 FORMATS = ("md", "html", "csv", "jsonl")
-CSV_COLUMNS = ["task", "data_id", "method", "epsilon", "epsilon_kind", "delta", "tuning", "accountant", "sampler",
-               "hyperparameters", "metric", "direction", "mean", "std", "n_seeds", "run_ids"]
+CSV_COLUMNS = ["task", "data_id", "method", "epsilon", "epsilon_kind", "delta", "tuning", "tuning_note", "accountant",
+               "sampler", "hyperparameters", "metric", "direction", "mean", "std", "n_seeds", "run_ids"]
+NOT_PRIVATE_TUNING = "tuning not private"
 _DIRECTIONS = [("accuracy", "higher"), ("error", "lower"), ("loss", "lower")]  # by substring of the metric name
 
 
@@ -59,6 +61,11 @@ def tuning_mode(record: dict[str, Any]) -> str:
     if not isinstance(tuning, dict) or not isinstance(tuning.get("mode"), str):
         raise UsageError(f"run {record['run_id']}: 'tuning' must be a dict with a 'mode', got {tuning!r}")
     return tuning["mode"]
+
+
+def tuning_label(mode: str) -> str:
+    """The tuning mode as shown: "oracle" (test-set selection) always says that the tuning was not private."""
+    return f"{mode} ({NOT_PRIVATE_TUNING})" if mode == "oracle" else mode
 
 
 def metric_name(record: dict[str, Any]) -> str:
@@ -214,7 +221,7 @@ class Table:
         for rows in by_method.values():
             varying = [name for name in ("sampler", "accountant") if len({getattr(row, name) for row in rows}) > 1]
             for row in rows:
-                extra = ", ".join(([f"tuning {row.tuning}"] if row.tuning != "none" else [])
+                extra = ", ".join(([f"tuning {tuning_label(row.tuning)}"] if row.tuning != "none" else [])
                                   + [f"{name} {getattr(row, name) or '—'}" for name in varying])
                 legend[row] = f"{labels[row]} [{extra}]" if extra else labels[row]
         return legend
@@ -371,7 +378,8 @@ def to_markdown(tables: list[Table], unmatched: list[PublishedResult]) -> str:
                     value = _value_text(cell)
                     cells.append(f"{f'**{value}**' if (row, column) in best else value} (n = {cell.n_seeds})")
             lines.append("| " + " | ".join(_md_escape(text) for text in
-                                           [labels[row], row.tuning, row.sampler, row.accountant or "—", *cells])
+                                           [labels[row], tuning_label(row.tuning), row.sampler,
+                                            row.accountant or "—", *cells])
                          + " |")
         for (label, detail), by_column in _published_rows(table):
             cells = [f"*{_published_text(by_column[c])}*" if c in by_column else "" for c in columns]
@@ -380,7 +388,7 @@ def to_markdown(tables: list[Table], unmatched: list[PublishedResult]) -> str:
         lines += ["", "Runs per cell:", ""]
         order = {row: index for index, row in enumerate(table.rows)}
         for (row, column), cell in sorted(table.cells.items(), key=lambda item: (order[item[0][0]], item[0][1])):
-            lines.append(f"- {labels[row]} · {row.tuning} · {row.sampler} · {row.accountant or '—'} · "
+            lines.append(f"- {labels[row]} · {tuning_label(row.tuning)} · {row.sampler} · {row.accountant or '—'} · "
                          f"{column.label}: " + ", ".join(f"`{run_id}`" for run_id in cell.run_ids))
         if table.published:
             lines += ["", "Published figures (not measured here, not ranked):", ""]
@@ -411,7 +419,8 @@ def to_csv(tables: list[Table]) -> str:
                     "epsilon": "inf" if column.kind == "non-private" else repr(column.epsilon),
                     "epsilon_kind": column.kind,
                     "delta": "" if column.kind == "non-private" else repr(table.delta),
-                    "tuning": row.tuning, "accountant": row.accountant, "sampler": row.sampler,
+                    "tuning": row.tuning, "tuning_note": NOT_PRIVATE_TUNING if row.tuning == "oracle" else "",
+                    "accountant": row.accountant, "sampler": row.sampler,
                     "hyperparameters": row.hyperparameters, "metric": table.metric,
                     "direction": table.direction or "", "mean": repr(cell.mean),
                     "std": "" if cell.std is None else repr(cell.std), "n_seeds": cell.n_seeds,
@@ -517,7 +526,7 @@ def _html_table(table: Table) -> str:
         cells = "".join(_html_cell(table.cells[row, c], (row, c) in best) if (row, c) in table.cells else "<td></td>"
                         for c in columns)
         body.append("<tr class=\"measured\">" + "".join(f"<td>{html.escape(text)}</td>" for text in
-                    [labels[row], row.tuning, row.sampler, row.accountant or "—"]) + cells + "</tr>")
+                    [labels[row], tuning_label(row.tuning), row.sampler, row.accountant or "—"]) + cells + "</tr>")
     for (label, detail), by_column in _published_rows(table):
         cells = "".join(f'<td class="value">{html.escape(_published_text(by_column[c]))}</td>' if c in by_column
                         else "<td></td>" for c in columns)
@@ -536,7 +545,8 @@ def _html_runs(tables: list[Table]) -> str:
     rows = []
     for run in sorted(runs.values(), key=lambda r: (r["task"], r["data_id"], r["method"], r["created_at"])):
         metric = metric_name(run)
-        values = [run["run_id"], run["task"], run["data_id"], run["method"], tuning_mode(run), run["seed"],
+        values = [run["run_id"], run["task"], run["data_id"], run["method"], tuning_label(tuning_mode(run)),
+                  run["seed"],
                   run["epsilon_target"], _number(run["epsilon"], ".4g"), _number(run["delta"], ".3g"),
                   run["sampler"], run["accountant"],
                   f"{metric} = {run['metrics'][metric]:.6g}",

@@ -60,6 +60,11 @@ class Method:
     ``releases_per_step``: noisy gradients one step consumes; an epoch has n / (releases_per_step · B) steps.
     ``default_sampler``: ``poisson`` (what the accountant assumes) or ``shuffle``.
     ``clip_to_task_bound``: instead of a chosen C, use the task's proven bound on per-example gradient norms.
+    ``search_space``: what ``dpbench tune`` searches (``dpbench/tuning.py``), a JSON-able dict from hyperparameter
+    name to ``{"type": "float", "low": a, "high": b, "log": true}``, ``{"type": "int", "low": a, "high": b}`` or
+    ``{"type": "categorical", "choices": [...]}``; ``dpbench tune --search-space FILE`` replaces it. The
+    hyperparameters outside it keep their resolved values (task defaults, ``--set``). (Output/objective
+    perturbation methods keep their benchmark's grids here, a list of grids; ``dpbench tune`` does not tune them.)
     """
 
     name: ClassVar[str]
@@ -70,6 +75,7 @@ class Method:
     releases_per_step: ClassVar[int] = 1
     default_sampler: ClassVar[str] = "poisson"
     clip_to_task_bound: ClassVar[bool] = False
+    search_space: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def __init__(self, params: list[torch.nn.Parameter], hyperparameters: dict[str, Any],
                  mechanism: GradientMechanism):

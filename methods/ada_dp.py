@@ -46,6 +46,10 @@ class AdaDP(Method):
     defaults = {"lr": 0.1, "tol": None, "alpha_min": 0.9, "alpha_max": 1.1, "variant": "paper",
                 "adapt_epochs": None, "decay": 0.1}
     releases_per_step = 2
+    # lr: the initial η
+    search_space = {"lr": {"type": "float", "low": 0.01, "high": 10.0, "log": True},
+                    "tol": {"type": "float", "low": 0.1, "high": 10.0, "log": True},
+                    "clip": {"type": "float", "low": 0.1, "high": 10.0, "log": True}}
 
     def setup(self):
         hp = self.hp

@@ -22,6 +22,8 @@ class DPAdam(Method):
     name = "dpadam"
     description = "DP-Adam (Tang & Lécuyer 2023, biased baseline): Adam on the noisy clipped gradient"
     defaults = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "gamma": 1e-8}
+    search_space = {"lr": {"type": "float", "low": 0.0001, "high": 1.0, "log": True},
+                    "clip": {"type": "float", "low": 0.1, "high": 10.0, "log": True}}
 
     def setup(self):
         for key in ("beta1", "beta2"):

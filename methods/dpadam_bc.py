@@ -39,6 +39,10 @@ class DPAdamBC(DPAdam):
     name = "dpadam_bc"
     description = "DP-AdamBC (Tang & Lécuyer 2023, Alg. 1): DP-Adam with the DP noise variance removed from v̂"
     defaults = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "gamma_prime": 1e-8}
+    # γ′ with η, as in §3
+    search_space = {"lr": {"type": "float", "low": 0.0001, "high": 1.0, "log": True},
+                    "gamma_prime": {"type": "float", "low": 1e-10, "high": 0.01, "log": True},
+                    "clip": {"type": "float", "low": 0.1, "high": 10.0, "log": True}}
 
     def denominator(self, second_moment_hat: torch.Tensor) -> torch.Tensor:
         """√max(v̂ − (σC/B)², γ′) (equation 3)."""

@@ -14,4 +14,6 @@ class DPGD(DPSGD):
     name = "dpgd"
     description = "DP-GD (Yu et al. 2020): full-batch gradient descent with Gaussian gradient perturbation"
     defaults = {"lr": 1.0, "momentum": 0.0, "weight_decay": 0.0}
+    search_space = {"lr": {"type": "float", "low": 0.01, "high": 10.0, "log": True},
+                    "clip": {"type": "float", "low": 0.1, "high": 10.0, "log": True}}
     full_batch = True

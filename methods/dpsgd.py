@@ -17,6 +17,8 @@ class DPSGD(Method):
     name = "dpsgd"
     description = "DP-SGD (Abadi et al. 2016): per-example clipping, Gaussian noise, SGD step (momentum optional)"
     defaults = {"lr": 0.1, "momentum": 0.0, "weight_decay": 0.0}
+    search_space = {"lr": {"type": "float", "low": 0.01, "high": 10.0, "log": True},
+                    "clip": {"type": "float", "low": 0.1, "high": 10.0, "log": True}}
 
     def setup(self):
         self.optimizer = torch.optim.SGD(self.params, lr=self.hp["lr"], momentum=self.hp["momentum"],

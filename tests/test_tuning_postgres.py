@@ -1,0 +1,143 @@
+"""Two ``dpbench tune`` workers on one PostgreSQL-backed study, one killed mid-trial: exactly K trials, each run
+once, the killed one counted as failed, and one released record with one privacy total.
+
+The test starts a throwaway PostgreSQL cluster (``initdb`` in a temporary folder, ``postgres`` on a free loopback
+port). It needs the server binaries (Debian's ``postgresql`` package, which ``.ci/run`` installs): without them it
+fails rather than skips. As root, the server runs as the ``postgres`` user (PostgreSQL refuses to run as root).
+"""
+import glob
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import dp_accounting
+import optuna
+import pytest
+import sqlalchemy
+from dp_accounting import rdp
+
+STUDY = "digits-dpsgd-two-workers"
+SEED = 4  # K ~ Poisson(4) draws K = 4 for this seed: enough trials for both workers
+
+
+def server_binaries() -> Path:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"), key=lambda p: int(Path(p).parts[-3]))
+    if found:
+        return Path(found[-1]).parent
+    on_path = shutil.which("postgres")
+    if on_path:
+        return Path(on_path).parent
+    pytest.fail("PostgreSQL server binaries not found (install Debian's postgresql package, as .ci/run does)")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def postgres_url():
+    bindir = server_binaries()
+    folder = Path(tempfile.mkdtemp(prefix="dpbench-pg-"))  # not under pytest's root-only tmp folders
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(folder, "postgres", "postgres")
+        as_user = ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups"]
+    data = folder / "data"
+    subprocess.run([*as_user, bindir / "initdb", "-D", data, "-U", "dpbench", "-A", "trust", "--no-sync"],
+                   check=True, capture_output=True)
+    port = free_port()
+    server = subprocess.Popen([*as_user, bindir / "postgres", "-D", data, "-h", "127.0.0.1", "-p", str(port),
+                               "-k", folder, "-F"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"postgresql+psycopg2://dpbench@127.0.0.1:{port}/postgres"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            sqlalchemy.create_engine(url).connect().close()
+            break
+        except sqlalchemy.exc.OperationalError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                pytest.fail("the PostgreSQL test server did not start")
+            time.sleep(0.2)
+    yield url
+    server.send_signal(signal.SIGINT)  # fast shutdown
+    server.wait(timeout=60)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def worker(url: str, home: Path) -> subprocess.Popen:
+    env = {**os.environ, "DPBENCH_HOME": str(home), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "dpbench.cli", "tune", "--method", "dpsgd", "--task", "digits", "--epsilon", "1",
+         "--k-distribution", "poisson", "--trials", "4", "--seed", str(SEED), "--epochs", "10",
+         "--storage", url, "--study", STUDY, "--heartbeat-interval", "1", "--json", "--no-wandb"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def trials_of(url: str) -> tuple[optuna.Study, list[optuna.trial.FrozenTrial]]:
+    study = optuna.load_study(study_name=STUDY, storage=url)
+    return study, study.get_trials()
+
+
+def test_two_workers_one_killed_mid_trial_run_exactly_k_trials(postgres_url, tmp_path):
+    first, second = worker(postgres_url, tmp_path / "first"), worker(postgres_url, tmp_path / "second")
+    killed_trial = None
+    deadline = time.monotonic() + 300
+    while killed_trial is None:  # kill the first worker while it is inside a trial
+        assert time.monotonic() < deadline and first.poll() is None, "the first worker never started a trial"
+        try:
+            _, trials = trials_of(postgres_url)
+        except (KeyError, sqlalchemy.exc.SQLAlchemyError):  # the study does not exist yet
+            trials = []
+        for trial in trials:
+            if (trial.state == optuna.trial.TrialState.RUNNING
+                    and trial.user_attrs.get("worker", "").endswith(f":{first.pid}")):
+                first.kill()
+                killed_trial = trial.number
+                break
+        time.sleep(0.05)
+    first.wait()
+    out, err = second.communicate(timeout=600)
+    assert second.returncode == 0, err
+    record = json.loads(out)
+
+    study, trials = trials_of(postgres_url)
+    k = study.user_attrs["k"]
+    assert k == 4 and len(trials) == k == record["tuning"]["trials_run"]
+    states = {t.number: t.state for t in trials}
+    assert states.pop(killed_trial) == optuna.trial.TrialState.FAIL  # stale heartbeat: failed, counted, not retried
+    assert set(states.values()) == {optuna.trial.TrialState.COMPLETE}
+    assert record["tuning"]["trials_failed"] == 1 and record["tuning"]["selected_trial"] != killed_trial
+    assert {t.user_attrs["worker"].rsplit(":", 1)[1] for t in trials} <= {str(first.pid), str(second.pid)}
+    assert sum(t.user_attrs["worker"].endswith(f":{second.pid}") for t in trials) >= 1
+
+    # One privacy total: dp-accounting from the record's fields, K's distribution and the per-trial mechanism.
+    tuned = record["tuning"]
+    once = dp_accounting.PoissonSampledDpEvent(tuned["sample_rate"],
+                                               dp_accounting.GaussianDpEvent(tuned["noise_multiplier"]))
+    event = dp_accounting.dp_event.RepeatAndSelectDpEvent(
+        dp_accounting.SelfComposedDpEvent(once, tuned["gradient_evaluations"]), 4.0, math.inf)
+    assert record["epsilon"] <= 1.0
+    assert rdp.RdpAccountant().compose(event).get_epsilon(record["delta"]) == pytest.approx(record["epsilon"], rel=0.01)
+
+    # Released once: one row in the study's database, in the store of the worker that released it; a late worker
+    # finds nothing to run and returns the same record without storing it again.
+    with sqlalchemy.create_engine(postgres_url).connect() as connection:
+        rows = connection.execute(sqlalchemy.text("SELECT record FROM dpbench_released")).fetchall()
+    assert [json.loads(row[0]) for row in rows] == [record]
+    late = worker(postgres_url, tmp_path / "late")
+    late_out, late_err = late.communicate(timeout=300)
+    assert late.returncode == 0, late_err
+    assert json.loads(late_out) == record
+    assert not (tmp_path / "late" / "results.sqlite").exists()
+    assert len(trials_of(postgres_url)[1]) == k
