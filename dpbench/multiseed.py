@@ -68,14 +68,15 @@ def _clipped_sums(modules: list[PrivateTraining], x: torch.Tensor, y: torch.Tens
 
 def _releases(modules: list[PrivateTraining], data: IndexedTensors, batches: list[torch.Tensor]):
     """Every seed's release for its batch: clipped sum + its own noise, over its expected batch size."""
-    sizes = [len(batch) for batch in batches]
-    width = max(sizes, default=0)
+    sizes = torch.tensor([len(batch) for batch in batches])
+    width = int(sizes.max()) if len(sizes) else 0
+    seed_of_row = torch.repeat_interleave(torch.arange(len(batches)), sizes)  # one gather for all seeds
+    position = torch.arange(len(seed_of_row)) - torch.repeat_interleave(sizes.cumsum(0) - sizes, sizes)
+    rows = torch.cat(batches)
     x = data.x.new_zeros((len(batches), width, data.x.shape[1]))
     y = data.y.new_zeros((len(batches), width))
     mask = torch.zeros((len(batches), width), dtype=data.x.dtype)
-    for seed_index, batch in enumerate(batches):
-        x[seed_index, : len(batch)], y[seed_index, : len(batch)] = data.x[batch], data.y[batch]
-        mask[seed_index, : len(batch)] = 1
+    x[seed_of_row, position], y[seed_of_row, position], mask[seed_of_row, position] = data.x[rows], data.y[rows], 1
     sums = _clipped_sums(modules, x, y, mask)
     releases = []
     for seed_index, module in enumerate(modules):

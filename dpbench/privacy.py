@@ -77,9 +77,14 @@ class GaussianReleases:
         raise ValueError(f"unknown sampler {self.sampler!r}; choose one of {', '.join(SAMPLERS)}")
 
     def epsilon(self, delta: float, accountant: str = "pld") -> float:
-        if self.noise_multiplier == 0 and self.releases > 0:
-            return math.inf
-        return float(_make_accountant(accountant).compose(self.event()).get_epsilon(delta))
+        return _epsilon(self, delta, accountant)
+
+
+@functools.lru_cache(maxsize=1024)  # pure; many seeds of one cell run the same mechanism
+def _epsilon(releases: GaussianReleases, delta: float, accountant: str) -> float:
+    if releases.noise_multiplier == 0 and releases.releases > 0:
+        return math.inf
+    return float(_make_accountant(accountant).compose(releases.event()).get_epsilon(delta))
 
 
 def epsilon(sample_rate: float, noise_multiplier: float, steps: int, delta: float, accountant: str = "pld") -> float:
