@@ -279,20 +279,20 @@ class PlannedRun:
                                steps_per_epoch=self.steps_per_epoch, epsilon_so_far=epsilon_so_far)
 
 
-def registered(spec: RunSpec) -> tuple[type[Method], type[Task]]:
-    """The method and task classes ``spec`` names (plugins included)."""
-    plugin_dirs = registry.plugin_dirs(spec.plugins)
+def registered(method: str, task: str, plugins: list[str]) -> tuple[type[Method], type[Task]]:
+    """The method and task classes of these names (plugin folders included); unknown names are refused."""
+    plugin_dirs = registry.plugin_dirs(plugins)
     methods, tasks = registry.methods(plugin_dirs), registry.tasks(plugin_dirs)
-    if spec.method not in methods:
-        raise UsageError(f"unknown method {spec.method!r}; available: {', '.join(methods)}")
-    if spec.task not in tasks:
-        raise UsageError(f"unknown task {spec.task!r}; available: {', '.join(tasks)}")
-    return methods[spec.method], tasks[spec.task]
+    if method not in methods:
+        raise UsageError(f"unknown method {method!r}; available: {', '.join(methods)}")
+    if task not in tasks:
+        raise UsageError(f"unknown task {task!r}; available: {', '.join(tasks)}")
+    return methods[method], tasks[task]
 
 
 def plan(spec: RunSpec) -> PlannedRun:
     """Check ``spec``, load the data, build the model under the seed, choose the sampler and calibrate σ."""
-    method, task_class = registered(spec)
+    method, task_class = registered(spec.method, spec.task, spec.plugins)
     if issubclass(method, ReleaseMethod):
         raise UsageError(f"{method.name} releases through dpbench.release, not by gradient steps")
     budget = {key: value for key, value in profile_settings(task_class, method.name, spec.profile).items()
@@ -408,7 +408,7 @@ def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, w
 
 def run(spec: RunSpec) -> dict[str, Any]:
     """Train one model as ``spec`` says, append its record to the results store and return it."""
-    method, task_class = registered(spec)
+    method, task_class = registered(spec.method, spec.task, spec.plugins)
     if issubclass(method, ReleaseMethod):  # output/objective perturbation: noise and accounting in dpbench.release
         from dpbench import release  # imported here: dpbench.release builds on this module
 

@@ -136,7 +136,7 @@ def run_seeds(spec: RunSpec, seeds: list[int]) -> list[dict[str, Any]]:
     many were trained together. Raises :class:`NotBatchable` (before any training) where the closed form does
     not apply. W&B gets each run's configuration and final summary, not per-epoch curves.
     """
-    if issubclass(engine.registered(spec)[0], ReleaseMethod):
+    if issubclass(engine.registered(spec.method, spec.task, spec.plugins)[0], ReleaseMethod):
         raise NotBatchable(f"{spec.method} releases through dpbench.release, not by gradient steps")
     planned = [engine.plan(replace(spec, seed=seed)) for seed in seeds]
     modules = [run.module() for run in planned]

@@ -81,7 +81,7 @@ import sqlalchemy
 import torch
 from dp_accounting import rdp
 
-from dpbench import engine, records, registry, store, tracking
+from dpbench import engine, records, store, tracking
 from dpbench.data import dpbench_home
 from dpbench.engine import UsageError
 from dpbench.method import Method, ReleaseMethod
@@ -337,13 +337,7 @@ def plan(spec: TuneSpec) -> Plan:
     if spec.heartbeat_interval < 1:
         raise UsageError(f"heartbeat interval must be at least 1 s, got {spec.heartbeat_interval}")
 
-    folders = registry.plugin_dirs(spec.plugins)
-    methods, tasks = registry.methods(folders), registry.tasks(folders)
-    if spec.method not in methods:
-        raise UsageError(f"unknown method {spec.method!r}; available: {', '.join(methods)}")
-    if spec.task not in tasks:
-        raise UsageError(f"unknown task {spec.task!r}; available: {', '.join(tasks)}")
-    method, task_class = methods[spec.method], tasks[spec.task]
+    method, task_class = engine.registered(spec.method, spec.task, spec.plugins)
     if issubclass(method, ReleaseMethod):
         raise UsageError(f"{method.name} releases through output/objective perturbation: dpbench tune does not "
                          f"tune it (its search_space holds its benchmark's grids)")

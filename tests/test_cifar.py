@@ -73,6 +73,15 @@ def _tar_gz(members: dict[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
+def _mirror_with(tmp_path, monkeypatch, attribute, folder, name, payload):
+    """A mirror holding ``payload`` as the canonical file ``datasets.<attribute>``, with its checksum."""
+    (tmp_path / folder).mkdir()
+    (tmp_path / folder / name).write_bytes(payload)
+    monkeypatch.setenv("DPBENCH_MIRROR", str(tmp_path))
+    monkeypatch.setattr(datasets, attribute, RemoteFile(
+        folder, name, "https://example.invalid/", f"md5:{hashlib.md5(payload).hexdigest()}"))
+
+
 def test_canonical_pickles_are_parsed_channel_first_in_batch_order(tmp_path, monkeypatch):
     """A tiny release in the canonical layout: 2 images per batch file; pixel (c, h, w) is byte c·1024 + h·32 + w."""
     rng = np.random.default_rng(0)
@@ -82,12 +91,7 @@ def test_canonical_pickles_are_parsed_channel_first_in_batch_order(tmp_path, mon
     members = {"cifar-10-batches-py/batches.meta": pickle.dumps({b"label_names": []})}
     members |= {f"cifar-10-batches-py/{name}": _pickled_batch(images, labels[name], b"labels")
                 for name, images in reversed(batches.items())}  # archive order differs from the split order
-    payload = _tar_gz(members)
-    (tmp_path / "cifar10").mkdir()
-    (tmp_path / "cifar10" / "cifar-10-python.tar.gz").write_bytes(payload)
-    monkeypatch.setenv("DPBENCH_MIRROR", str(tmp_path))
-    monkeypatch.setattr(datasets, "CIFAR10_PYTHON", RemoteFile(
-        "cifar10", "cifar-10-python.tar.gz", "https://example.invalid/", f"md5:{hashlib.md5(payload).hexdigest()}"))
+    _mirror_with(tmp_path, monkeypatch, "CIFAR10_PYTHON", "cifar10", "cifar-10-python.tar.gz", _tar_gz(members))
     data = datasets.load_cifar10()
     assert data.data_id == "cifar10" and data.note is None
     order = [f"data_batch_{i}" for i in range(1, 6)]
@@ -101,11 +105,7 @@ def test_cifar100_pickles_use_the_fine_labels(tmp_path, monkeypatch):
     images = np.arange(2 * 3072, dtype=np.int64).reshape(2, 3, 32, 32).astype(np.uint8)
     batch = {b"data": images.reshape(2, 3072), b"fine_labels": [42, 99], b"coarse_labels": [1, 2]}
     payload = _tar_gz({"cifar-100-python/train": pickle.dumps(batch), "cifar-100-python/test": pickle.dumps(batch)})
-    (tmp_path / "cifar100").mkdir()
-    (tmp_path / "cifar100" / "cifar-100-python.tar.gz").write_bytes(payload)
-    monkeypatch.setenv("DPBENCH_MIRROR", str(tmp_path))
-    monkeypatch.setattr(datasets, "CIFAR100_PYTHON", RemoteFile(
-        "cifar100", "cifar-100-python.tar.gz", "https://example.invalid/", f"md5:{hashlib.md5(payload).hexdigest()}"))
+    _mirror_with(tmp_path, monkeypatch, "CIFAR100_PYTHON", "cifar100", "cifar-100-python.tar.gz", payload)
     data = datasets.load_cifar100()
     assert data.data_id == "cifar100" and data.y_train.tolist() == [42, 99]
     assert torch.equal(data.x_train, torch.from_numpy(images))
