@@ -7,10 +7,10 @@ the logits and the closed form of a linear layer (‖∇ℓ_i‖² = ‖∂ℓ_i
 drawn from its own generator in the order a separate run draws it. The S runs therefore equal S separate runs
 up to floating-point summation order (tested), without S Lightning loops and per-layer hooks.
 
-Only for what this closed form covers: a task whose model is one ``nn.Linear``, a private method with one
-release per step, no per-example transform, that asks for its release before changing the parameters (checked
-at run time through the parameters' version counters: a method that moves them first, e.g. a look-ahead, is
-refused with :class:`NotBatchable` and runs seed by seed instead).
+Only for what this closed form covers: a task whose model is one ``nn.Linear`` (no augmentation), a
+private method with one release per step, no per-example transform, that asks for its release before changing
+the parameters (checked at run time through the parameters' version counters: a method that moves them first,
+e.g. a look-ahead, is refused with :class:`NotBatchable` and runs seed by seed instead).
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from dpbench.clipping import clip_factors
 from dpbench.engine import PrivateTraining, RunSpec
 from dpbench.method import Method, ReleaseMethod
 from dpbench.sampling import IndexedTensors
+from dpbench.task import Task
 
 
 class NotBatchable(Exception):
@@ -37,6 +38,8 @@ def check_batchable(module: PrivateTraining) -> None:
     method = module.method_class
     if not isinstance(module.task.model, nn.Linear):
         raise NotBatchable(f"task {module.task.name}: the model is not a single linear layer")
+    if type(module.task).augment is not Task.augment:
+        raise NotBatchable(f"task {module.task.name}: data augmentation is not batched")
     if not method.private or method.releases_per_step != 1:
         raise NotBatchable(f"{method.name}: batched seeds need a private method with one release per step")
     if method.per_example_transform is not Method.per_example_transform:

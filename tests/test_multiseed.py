@@ -124,3 +124,17 @@ def test_sweep_batches_the_seeds_it_can_and_resumes(capsys):
     assert sorted((r["method"], r["seed"]) for r in records) == sorted(
         (m, s) for m in grid["methods"] for s in (0, 1))
     assert run_grid(grid) == {"ran": 0, "already stored": 6, "refused": 0}
+
+
+def test_tasks_with_augmentation_are_not_batched():
+    class Augmented(TASKS["digits"]):
+        name = "augmented_digits"
+
+        def augment(self, x):
+            return x + 0.01 * torch.randn_like(x)
+
+    task = Augmented()
+    task.prepare()
+    hp, _ = resolve_hyperparameters(METHODS["dpsgd"], Augmented, {})
+    with pytest.raises(multiseed.NotBatchable, match="augmentation"):
+        multiseed.check_batchable(PrivateTraining(task, METHODS["dpsgd"], hp, 1.0, 64, 0))
