@@ -121,7 +121,7 @@ def resolve_hyperparameters(method: type[Method], task: type[Task], overrides: d
     """Method defaults < engine defaults < task defaults < task's per-method defaults < profile < command line.
 
     Returns (hyperparameters, task options). A profile's keys that are neither a hyperparameter of this method
-    nor a task option (e.g. another method's) are skipped; its budget keys are read by :func:`run`.
+    nor a task option (e.g. another method's) are skipped; its budget keys are read by :func:`plan`.
     """
     hp = {**method.defaults, **ENGINE_DEFAULTS}
     if not method.private:
