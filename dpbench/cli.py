@@ -54,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--sampler", choices=SAMPLERS, help="poisson (default for private methods) or shuffle")
     run.add_argument("--accountant", choices=ACCOUNTANTS, default="pld")
     run.add_argument("--accelerator", default="cpu", help="Lightning accelerator: cpu, gpu, auto, ...")
+    run.add_argument("--clipping", choices=engine.CLIPPING, default="fast",
+                     help="per-example clipping: fast (ghost norms, dpbench/ghost.py) or reference (torch.func.vmap)")
     run.add_argument("--checkpoint-dir", help="save Lightning checkpoints (last epoch) here")
     run.add_argument("--plugins", action="append", default=[], metavar="DIR",
                      help="folder of extra method/task files (also: DPBENCH_PLUGINS)")
@@ -147,7 +149,7 @@ def _summary(record: dict[str, Any]) -> str:
         lines.append(f"  privacy: ε = {record['epsilon']:.4g} spent (target {record['epsilon_target']}), "
                      f"δ = {record['delta']:.3g}, σ = {record['noise_multiplier']:.4g}, q = {record['sample_rate']:.4g}, "
                      f"{record['gradient_evaluations']} noisy gradients, {record['sampler']} sampling, "
-                     f"{record['accountant']} accountant")
+                     f"{record['accountant']} accountant, {record.get('clipping')} clipping")
     else:
         lines.append("  privacy: none (non-private baseline)")
     metrics = ", ".join(f"{k} = {v:.4f}" for k, v in record["metrics"].items())
@@ -219,8 +221,8 @@ def main(argv: list[str] | None = None) -> int:
                 method=args.method, task=args.task, epsilon=args.epsilon, noise_multiplier=args.noise_multiplier,
                 delta=args.delta, seed=args.seed, overrides=overrides, profile=args.profile, sampler=args.sampler,
                 accountant=args.accountant, force_delta=args.force_delta, accelerator=args.accelerator,
-                checkpoint_dir=args.checkpoint_dir, plugins=args.plugins, wandb_project=args.wandb_project,
-                wandb_entity=args.wandb_entity, no_wandb=args.no_wandb)
+                clipping=args.clipping, checkpoint_dir=args.checkpoint_dir, plugins=args.plugins,
+                wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, no_wandb=args.no_wandb)
             record = engine.run(spec)
             print(json.dumps(record) if args.json else _summary(record))
     except (UsageError, DataError, registry.RegistryError) as error:

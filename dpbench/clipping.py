@@ -34,6 +34,8 @@ Transform = Callable[[list[torch.Tensor]], list[torch.Tensor]] | CoordinateAffin
 
 
 class PerExampleClipper(Protocol):
+    name: str  # what a run record's ``clipping`` field says
+
     def clipped_sum(
         self, task: Task, x: torch.Tensor, y: torch.Tensor, max_norm: float, transform: Transform | None = None
     ) -> tuple[list[torch.Tensor], torch.Tensor]: ...
@@ -46,6 +48,8 @@ def clip_factors(norms: torch.Tensor, max_norm: float) -> torch.Tensor:
 
 class VmapClipper:
     """Reference implementation: materialize per-example gradients with ``torch.func.vmap``."""
+
+    name = "vmap"
 
     def per_example_gradients(self, task: Task, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         params = {name: p.detach() for name, p in task.model.named_parameters() if p.requires_grad}

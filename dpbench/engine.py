@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from dpbench import records, registry, store, tracking
-from dpbench.clipping import PerExampleClipper, Transform
+from dpbench.clipping import PerExampleClipper, Transform, VmapClipper
 from dpbench.ghost import make_clipper
 from dpbench.method import GradientMechanism, Method, ReleaseMethod
 from dpbench.privacy import ACCOUNTANTS, SAMPLERS, GaussianReleases, calibrate_noise_multiplier
@@ -52,6 +52,7 @@ class RunSpec:
     accountant: str = "pld"
     force_delta: bool = False
     accelerator: str = "cpu"
+    clipping: str = "fast"  # per-example clipping: "fast" (dpbench.ghost) or "reference" (torch.func.vmap)
     checkpoint_dir: str | None = None
     plugins: list[str] = field(default_factory=list)
     progress_bar: bool = True
@@ -85,6 +86,7 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
 
 
 BUDGET_KEYS = ("epsilon", "noise_multiplier", "delta")
+CLIPPING = ("fast", "reference")
 
 
 def profile_settings(task: type[Task], method_name: str, profile: str | None) -> dict[str, Any]:
@@ -190,10 +192,15 @@ class PrivateTraining(pl.LightningModule):
             return list(torch.autograd.grad(loss, params))
         clip = self.hp["clip"]
         sums, _ = self.clipper.clipped_sum(self.task, x, y, clip, self._transform())
-        if self.noise_multiplier > 0:  # σ = 0 only in tests: such a run reports ε = inf
-            std = self.noise_multiplier * clip
-            sums = [s + std * torch.randn(s.shape, generator=self.noise, device=s.device, dtype=s.dtype) for s in sums]
-        return [s / self.expected_batch_size for s in sums]
+        return self.noisy_mean(sums)
+
+    def noisy_mean(self, sums: list[torch.Tensor]) -> list[torch.Tensor]:
+        """(Σ_i clip_C(t(g_i)) + N(0, σ²C²I)) / B from the clipped sums, one tensor per parameter."""
+        if self.noise_multiplier == 0:  # only in tests: such a run reports ε = inf
+            return [total / self.expected_batch_size for total in sums]
+        std = self.noise_multiplier * self.hp["clip"]
+        return [torch.randn(total.shape, generator=self.noise, device=total.device, dtype=total.dtype)
+                .mul_(std).add_(total).div_(self.expected_batch_size) for total in sums]
 
     def training_step(self, batches, batch_index):
         if self.method_class.private:
@@ -249,6 +256,8 @@ def _check_budget(spec: RunSpec, method: type[Method]) -> None:
         raise UsageError(f"delta must lie in (0, 1), got {spec.delta}")
     if spec.accountant not in ACCOUNTANTS:
         raise UsageError(f"unknown accountant {spec.accountant!r}; choose one of {', '.join(ACCOUNTANTS)}")
+    if spec.clipping not in CLIPPING:
+        raise UsageError(f"unknown clipping {spec.clipping!r}; choose one of {', '.join(CLIPPING)}")
 
 
 @dataclass
@@ -274,8 +283,9 @@ class PlannedRun:
                                 self.data_releases)
 
     def module(self, epsilon_so_far: Callable[[int], float] | None = None) -> PrivateTraining:
+        clipper = VmapClipper() if self.spec.clipping == "reference" and self.method.private else None
         return PrivateTraining(self.task, self.method, self.hp, self.record["noise_multiplier"],
-                               self.record["sample_rate"] * self.data.n_train, self.spec.seed,
+                               self.record["sample_rate"] * self.data.n_train, self.spec.seed, clipper=clipper,
                                steps_per_epoch=self.steps_per_epoch, epsilon_so_far=epsilon_so_far)
 
 
@@ -393,6 +403,7 @@ def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, w
         "steps": module.steps,
         "gradient_evaluations": module.releases,
         "train_seconds": train_seconds,
+        "clipping": record.get("clipping") or (module.clipper.name if module.clipper is not None else None),
         "metrics": dict(module.test_metrics),
         "wandb_run": wandb_run.path if wandb_run is not None else None,
     })

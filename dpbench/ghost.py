@@ -16,6 +16,7 @@ GroupNorm. Any other layer with parameters makes :func:`make_clipper` fall back 
 from __future__ import annotations
 
 import warnings
+from typing import Callable
 
 import torch
 from torch import nn
@@ -25,103 +26,181 @@ from dpbench.clipping import CoordinateAffine, PerExampleClipper, Transform, Vma
 from dpbench.task import Task
 
 
+PerExampleRule = tuple[torch.Tensor, Callable[[torch.Tensor], dict[nn.Parameter, torch.Tensor]]]
+
+
 def _as_sequence(a: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, ..., p), (B, ..., q) -> (B, T, p), (B, T, q)."""
     return a.reshape(len(a), -1, a.shape[-1]), g.reshape(len(g), -1, g.shape[-1])
 
 
-def _linear_weight_sq_norms(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """‖Σ_t g_t a_tᵀ‖²_F per example for a (B, T, p), g (B, T, q)."""
-    steps, p, q = a.shape[1], a.shape[2], g.shape[2]
-    if steps == 1:
-        return a.pow(2).sum((1, 2)) * g.pow(2).sum((1, 2))
-    if steps * steps <= p * q:
-        return (torch.bmm(a, a.transpose(1, 2)) * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
-    return torch.bmm(g.transpose(1, 2), a).pow(2).sum((1, 2))
+def _weighted_sum(factors: torch.Tensor, per_example: torch.Tensor) -> torch.Tensor:
+    """Σ_i c_i G_i over materialized per-example gradients (book-keeping: B·|G| work, no second pass)."""
+    return torch.tensordot(factors, per_example, dims=1)
 
 
 class _Linear:
+    """Each rule has ``record`` (forward hook: what to keep of the layer's input) and ``backward`` (from the
+    record and the output gradient: per-example squared norms, and a function of the clip factors c that
+    returns Σ_i c_i ∇ℓ_i for the layer's parameters)."""
+
     def __init__(self, layer: nn.Linear):
         self.layer = layer
 
     def record(self, inputs, output):
-        return _as_sequence(inputs[0], output)[0], output
+        return inputs[0]
 
     def supports_affine(self, a) -> bool:
         """A coordinate-wise transform of g_iᵀ a_i has a closed-form norm only for one input per example."""
-        return a.shape[1] == 1
+        return a.dim() == 2
 
-    def sq_norms(self, a, g, affine=None):
-        a, g = _as_sequence(a, g)
+    def backward(self, a, g, affine=None) -> PerExampleRule:
         if affine is not None:
-            return self._affine_sq_norms(a[:, 0], g[:, 0], affine)
-        norms = _linear_weight_sq_norms(a, g) if self.layer.weight.requires_grad else 0
-        if self.layer.bias is not None and self.layer.bias.requires_grad:
-            norms = norms + g.sum(1).pow(2).sum(1)
-        return norms
-
-    def _affine_sq_norms(self, a, g, affine):
-        """‖(g_i a_iᵀ − M) / S‖² = (g_i²)ᵀ R (a_i²) − 2 g_iᵀ (M∘R) a_i + Σ M²R with R = 1/S² (coordinate-wise)."""
+            return self._affine(a, g, affine)
+        if a.dim() == 2:
+            return self._one_input(a, g)
         weight, bias = self.layer.weight, self.layer.bias
-        norms = 0
+        a, g = _as_sequence(a, g)
+        steps, p, q = a.shape[1], a.shape[2], g.shape[2]
+        sq_norms, per_example, bias_grads = 0, None, None
+        if weight.requires_grad:
+            if steps * steps <= p * q:  # ghost norm
+                sq_norms = (torch.bmm(a, a.transpose(1, 2)) * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
+            else:  # per-example gradients are smaller than the T×T Gram matrices
+                per_example = torch.bmm(g.transpose(1, 2), a)
+                sq_norms = per_example.square().sum((1, 2))
+        if bias is not None and bias.requires_grad:
+            bias_grads = g.sum(1)
+            sq_norms = sq_norms + bias_grads.square().sum(1)
+
+        def clipped(factors):
+            grads = {}
+            if weight.requires_grad:
+                grads[weight] = _weighted_sum(factors, per_example) if per_example is not None else \
+                    (g * factors[:, None, None]).flatten(0, 1).T @ a.flatten(0, 1)
+            if bias_grads is not None:
+                grads[bias] = factors @ bias_grads
+            return grads
+
+        return sq_norms, clipped
+
+    def _one_input(self, a, g) -> PerExampleRule:
+        """The closed form for one input per example (logistic/softmax regression, MLPs): ‖∇W ℓ_i‖² = ‖g_i‖²‖a_i‖²,
+        ‖∇b ℓ_i‖² = ‖g_i‖²."""
+        weight, bias = self.layer.weight, self.layer.bias
+        with_bias = bias is not None and bias.requires_grad
+        g_sq = torch.linalg.vector_norm(g, dim=1).square()
+        a_sq = torch.linalg.vector_norm(a, dim=1).square() if weight.requires_grad else 0
+        sq_norms = g_sq * (a_sq + 1) if with_bias else g_sq * a_sq
+
+        def clipped(factors):
+            weighted = g * factors[:, None]
+            grads = {weight: weighted.T @ a} if weight.requires_grad else {}
+            if with_bias:
+                grads[bias] = weighted.sum(0)
+            return grads
+
+        return sq_norms, clipped
+
+    def _affine(self, a, g, affine) -> PerExampleRule:
+        """‖(g_i a_iᵀ − M) / S‖² = (g_i²)ᵀ R (a_i²) − 2 g_iᵀ (M∘R) a_i + Σ M²R with R = 1/S² (coordinate-wise);
+        Σ_i c_i (G_i − M)/S = (Σ_i c_i G_i − (Σ_i c_i) M)/S."""
+        weight, bias = self.layer.weight, self.layer.bias
+        sq_norms = 0
         if weight.requires_grad:
             shift, scale = affine[weight]
             inverse_sq = scale.pow(-2)
-            norms = (((g * g) @ inverse_sq) * (a * a)).sum(1) - 2 * ((g @ (shift * inverse_sq)) * a).sum(1) \
+            sq_norms = (((g * g) @ inverse_sq) * (a * a)).sum(1) - 2 * ((g @ (shift * inverse_sq)) * a).sum(1) \
                 + (shift * shift * inverse_sq).sum()
         if bias is not None and bias.requires_grad:
             shift, scale = affine[bias]
-            norms = norms + ((g - shift) / scale).pow(2).sum(1)
-        return norms
+            sq_norms = sq_norms + ((g - shift) / scale).pow(2).sum(1)
 
-    def clipped(self, a, g, factors, affine=None):
-        a, g = _as_sequence(a, g)
-        weighted = g * factors[:, None, None]
-        grads = {}
-        if self.layer.weight.requires_grad:
-            grads[self.layer.weight] = weighted.flatten(0, 1).T @ a.flatten(0, 1)
-        if self.layer.bias is not None and self.layer.bias.requires_grad:
-            grads[self.layer.bias] = weighted.sum((0, 1))
-        if affine is not None:  # Σ_i c_i (G_i − M)/S = (Σ_i c_i G_i − (Σ_i c_i) M)/S
-            total = factors.sum()
-            grads = {p: (grad - total * affine[p][0]) / affine[p][1] for p, grad in grads.items()}
-        return grads
+        def clipped(factors):
+            grads, total = {}, factors.sum()
+            if weight.requires_grad:
+                grads[weight] = ((g * factors[:, None]).T @ a - total * affine[weight][0]) / affine[weight][1]
+            if bias is not None and bias.requires_grad:
+                grads[bias] = (factors @ g - total * affine[bias][0]) / affine[bias][1]
+            return grads
+
+        return sq_norms, clipped
 
 
-def _patches(x: torch.Tensor, layer: nn.Conv2d) -> torch.Tensor:
-    """The input patches each output position sees, (B, L, in·kh·kw): ``F.unfold(...).transpose(1, 2)``.
+def _patch_gram(x: torch.Tensor, layer: nn.Conv2d) -> torch.Tensor:
+    """⟨patch_t, patch_s⟩ for every pair of output positions t, s of the convolution, (B, T, T).
 
-    Built from a strided view of the padded input, which on the CPU is several times faster than ``F.unfold``
-    (measured on the 5-layer CIFAR-10 CNN: unfold was half of a DP step)."""
+    Computed from the Gram matrix of the (padded) input pixels, K[u, v] = Σ_c x[c, u] x[c, v], as the sum over
+    kernel offsets k of K[t + k, s + k]: the kh·kw-times larger unfolded patches are never built.
+    """
     (kh, kw), (sh, sw), (dh, dw), (ph, pw) = layer.kernel_size, layer.stride, layer.dilation, layer.padding
-    x = F.pad(x, (pw, pw, ph, ph)).contiguous()
-    batch, channels, height, width = x.shape
+    x = F.pad(x, (pw, pw, ph, ph))
+    batch, _, height, width = x.shape
     out_h, out_w = (height - dh * (kh - 1) - 1) // sh + 1, (width - dw * (kw - 1) - 1) // sw + 1
-    s_b, s_c, s_h, s_w = x.stride()
-    view = x.as_strided((batch, out_h, out_w, channels, kh, kw), (s_b, s_h * sh, s_w * sw, s_c, s_h * dh, s_w * dw))
-    return view.reshape(batch, out_h * out_w, channels * kh * kw)
+    pixels = x.flatten(2)
+    pixel_gram = torch.bmm(pixels.transpose(1, 2), pixels)  # (B, P, P), P = height·width, row-major
+    row, col, base = width * height * width, height * width, pixel_gram.storage_offset()
+    size = (batch, out_h, out_w, out_h, out_w)
+    stride = (pixel_gram.stride(0), sh * row, sw * col, sh * width, sw)
+    gram = sum(pixel_gram.as_strided(size, stride, base + i * dh * (row + width) + j * dw * (col + 1))
+               for i in range(kh) for j in range(kw))
+    return gram.reshape(batch, out_h * out_w, out_h * out_w)
 
 
-class _Conv2d(_Linear):
-    """A convolution is a linear layer applied to each unfolded input patch."""
+class _Conv2d:
+    """A convolution is a linear layer applied to each input patch (T = output positions, p = in·kh·kw).
+
+    Where T² ≤ p·q the ghost norm ⟨a aᵀ, g gᵀ⟩ is used, with a aᵀ from :func:`_patch_gram`, and the clipped sum
+    is the convolution's own weight gradient of the re-weighted output gradients; elsewhere the per-example
+    gradients (B·q·p numbers) come from one grouped convolution and are summed with the clip factors.
+    """
+
+    def __init__(self, layer: nn.Conv2d):
+        self.layer = layer
+
+    def _ghost(self, x, out_h, out_w) -> bool:
+        layer = self.layer
+        positions = out_h * out_w
+        return positions * positions <= layer.in_channels * layer.kernel_size[0] * layer.kernel_size[1] \
+            * layer.out_channels
 
     def record(self, inputs, output):
-        return _patches(inputs[0], self.layer), output
+        x = inputs[0]
+        return x, (_patch_gram(x, self.layer) if self._ghost(x, *output.shape[2:]) else None)
 
-    def _as_linear(self, g):
-        return g.flatten(2).transpose(1, 2)  # (B, out, H, W) -> (B, L, out)
-
-    def supports_affine(self, a) -> bool:
+    def supports_affine(self, recorded) -> bool:
         return False  # a weight gradient sums over patches: the transformed norm needs it materialized
 
-    def sq_norms(self, a, g, affine=None):
-        return super().sq_norms(a, self._as_linear(g))
+    def backward(self, recorded, g, affine=None) -> PerExampleRule:
+        layer, (x, gram) = self.layer, recorded
+        weight, bias = layer.weight, layer.bias
+        geometry = dict(stride=layer.stride, padding=layer.padding, dilation=layer.dilation)
+        sq_norms, per_example, bias_grads = 0, None, None
+        if weight.requires_grad:
+            if gram is not None:
+                flat = g.flatten(2)  # (B, q, T)
+                sq_norms = (gram * torch.bmm(flat.transpose(1, 2), flat)).sum((1, 2))
+            else:  # the batch as B groups: the grouped convolution's weight gradient is every G_i at once
+                batch, channels = x.shape[:2]
+                per_example = F.grad.conv2d_weight(
+                    x.reshape(1, batch * channels, *x.shape[2:]), (batch * layer.out_channels, *weight.shape[1:]),
+                    g.reshape(1, batch * layer.out_channels, *g.shape[2:]), groups=batch, **geometry,
+                ).view(batch, *weight.shape)
+                sq_norms = per_example.flatten(1).square().sum(1)
+        if bias is not None and bias.requires_grad:
+            bias_grads = g.sum((2, 3))
+            sq_norms = sq_norms + bias_grads.square().sum(1)
 
-    def clipped(self, a, g, factors, affine=None):
-        grads = super().clipped(a, self._as_linear(g), factors)
-        if self.layer.weight in grads:
-            grads[self.layer.weight] = grads[self.layer.weight].reshape(self.layer.weight.shape)
-        return grads
+        def clipped(factors):
+            grads = {}
+            if weight.requires_grad:
+                grads[weight] = _weighted_sum(factors, per_example) if per_example is not None else \
+                    F.grad.conv2d_weight(x, weight.shape, g * factors[:, None, None, None], **geometry)
+            if bias_grads is not None:
+                grads[bias] = factors @ bias_grads
+            return grads
+
+        return sq_norms, clipped
 
 
 class _Embedding:
@@ -131,26 +210,23 @@ class _Embedding:
         self.layer = layer
 
     def record(self, inputs, output):
-        return inputs[0].reshape(len(output), -1), output
+        return inputs[0].reshape(len(output), -1)
 
     def supports_affine(self, ids) -> bool:
         return False  # a transformed gradient is dense over the whole table
 
-    def _masked(self, ids, g):
+    def backward(self, ids, g, affine=None) -> PerExampleRule:
         g = g.reshape(len(ids), -1, g.shape[-1])
         if self.layer.padding_idx is not None:
             g = g * (ids != self.layer.padding_idx).unsqueeze(-1)
-        return g
-
-    def sq_norms(self, ids, g, affine=None):
-        g = self._masked(ids, g)
         same = (ids.unsqueeze(2) == ids.unsqueeze(1)).to(g.dtype)
-        return (same * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
+        sq_norms = (same * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
 
-    def clipped(self, ids, g, factors, affine=None):
-        g = self._masked(ids, g) * factors[:, None, None]
-        total = torch.zeros_like(self.layer.weight)
-        return {self.layer.weight: total.index_add_(0, ids.flatten(), g.flatten(0, 1))}
+        def clipped(factors):
+            total = torch.zeros_like(self.layer.weight)
+            return {self.layer.weight: total.index_add_(0, ids.flatten(), (g * factors[:, None, None]).flatten(0, 1))}
+
+        return sq_norms, clipped
 
 
 class _Normalization:
@@ -165,12 +241,12 @@ class _Normalization:
             normalized = F.layer_norm(x, layer.normalized_shape, eps=layer.eps)
         else:
             normalized = F.group_norm(x, layer.num_groups, eps=layer.eps)
-        return normalized.detach(), output
+        return normalized.detach()
 
     def supports_affine(self, normalized) -> bool:
         return True
 
-    def _per_example(self, normalized, g, affine=None):
+    def backward(self, normalized, g, affine=None) -> PerExampleRule:
         layer = self.layer
         if isinstance(layer, nn.LayerNorm):  # parameters have the trailing normalized_shape
             dims = tuple(range(1, g.dim() - len(layer.normalized_shape)))
@@ -183,14 +259,8 @@ class _Normalization:
             grads[layer.bias] = g.sum(dims) if dims else g
         if affine is not None:
             grads = {p: (grad - affine[p][0]) / affine[p][1] for p, grad in grads.items()}
-        return grads
-
-    def sq_norms(self, normalized, g, affine=None):
-        return sum(grad.flatten(1).pow(2).sum(1) for grad in self._per_example(normalized, g, affine).values())
-
-    def clipped(self, normalized, g, factors, affine=None):
-        return {p: torch.einsum("b,b...->...", factors, grad)
-                for p, grad in self._per_example(normalized, g, affine).items()}
+        sq_norms = sum(grad.flatten(1).square().sum(1) for grad in grads.values())
+        return sq_norms, lambda factors: {p: _weighted_sum(factors, grad) for p, grad in grads.items()}
 
 
 def _rule(module: nn.Module):
@@ -223,6 +293,8 @@ class GhostClipper:
     input per example and for LayerNorm/GroupNorm; for any other layer the call falls back to the reference path.
     """
 
+    name = "ghost"
+
     def clipped_sum(self, task: Task, x, y, max_norm, transform: Transform | None = None):
         if transform is not None and not isinstance(transform, CoordinateAffine):
             raise ValueError("GhostClipper applies only CoordinateAffine transforms; others need VmapClipper")
@@ -236,7 +308,7 @@ class GhostClipper:
         recorded: list[tuple] = []
 
         def hook_for(rule):
-            return lambda module, inputs, output: recorded.append((rule, *rule.record(inputs, output)))
+            return lambda module, inputs, output: recorded.append((rule, rule.record(inputs, output), output))
 
         handles = [module.register_forward_hook(hook_for(rule)) for module, rule in rules]
         try:
@@ -244,21 +316,22 @@ class GhostClipper:
         finally:
             for handle in handles:
                 handle.remove()
-        if len(recorded) != len(rules):  # a layer used twice: its per-example norm has cross terms
-            warnings.warn("a layer is called more than once per forward pass; using the vmap reference path")
+        owned = [p for module, _ in rules for p in module.parameters(recurse=False) if p.requires_grad]
+        if len(recorded) != len(rules) or len(owned) != len(set(owned)):  # per-example norms with cross terms
+            warnings.warn("a layer is called more than once per forward pass, or layers share a parameter; "
+                          "using the vmap reference path")
             return VmapClipper().clipped_sum(task, x, y, max_norm, transform)
-        if affine is not None and not all(rule.supports_affine(a) for rule, a, _ in recorded):
+        if affine is not None and not all(rule.supports_affine(saved) for rule, saved, _ in recorded):
             warnings.warn("the per-example transform has no closed form for a layer with several inputs per "
                           "example; using the vmap reference path")
             return VmapClipper().clipped_sum(task, x, y, max_norm, transform)
         output_grads = torch.autograd.grad(losses.sum(), [output for _, _, output in recorded])
-        sq_norms = sum(rule.sq_norms(a, g, affine) for (rule, a, _), g in zip(recorded, output_grads))
-        norms = sq_norms.clamp_min(0).sqrt()
+        per_layer = [rule.backward(saved, g, affine) for (rule, saved, _), g in zip(recorded, output_grads)]
+        norms = sum(sq_norms for sq_norms, _ in per_layer).clamp_min(0).sqrt()
         factors = clip_factors(norms, max_norm).detach()
-        sums = {p: torch.zeros_like(p) for p in trainable}
-        for (rule, a, _), g in zip(recorded, output_grads):
-            for param, grad in rule.clipped(a, g, factors, affine).items():
-                sums[param] += grad
+        sums = {}
+        for _, clipped in per_layer:
+            sums.update(clipped(factors))
         return [sums[p].detach() for p in trainable], norms.detach()
 
 

@@ -81,14 +81,7 @@ def _releases(modules: list[PrivateTraining], data: IndexedTensors, batches: lis
     mask = torch.zeros((len(batches), width), dtype=data.x.dtype)
     x[seed_of_row, position], y[seed_of_row, position], mask[seed_of_row, position] = data.x[rows], data.y[rows], 1
     sums = _clipped_sums(modules, x, y, mask)
-    releases = []
-    for seed_index, module in enumerate(modules):
-        own = [total[seed_index] for total in sums]
-        if module.noise_multiplier > 0:
-            std = module.noise_multiplier * module.hp["clip"]
-            own = [s + std * torch.randn(s.shape, generator=module.noise, dtype=s.dtype) for s in own]
-        releases.append([s / module.expected_batch_size for s in own])
-    return releases
+    return [module.noisy_mean([total[seed_index] for total in sums]) for seed_index, module in enumerate(modules)]
 
 
 def _release_once(module: PrivateTraining, gradients: list[torch.Tensor]):
@@ -141,6 +134,8 @@ def run_seeds(spec: RunSpec, seeds: list[int]) -> list[dict[str, Any]]:
     """
     if issubclass(engine.registered(spec.method, spec.task, spec.plugins)[0], ReleaseMethod):
         raise NotBatchable(f"{spec.method} releases through dpbench.release, not by gradient steps")
+    if spec.clipping != "fast":
+        raise NotBatchable(f"clipping={spec.clipping}: only the fast path is batched")
     planned = [engine.plan(replace(spec, seed=seed)) for seed in seeds]
     modules = [run.module() for run in planned]
     for module in modules:
@@ -156,6 +151,6 @@ def run_seeds(spec: RunSpec, seeds: list[int]) -> list[dict[str, Any]]:
     finished = []
     for run, module in zip(planned, modules):
         module.test_metrics = test_metrics(module, run.data.x_test, run.data.y_test)
-        run.record["batched_seeds"] = len(seeds)
+        run.record.update(batched_seeds=len(seeds), clipping="multiseed")
         finished.append(engine.finish(run, module, seconds, tracking.start_run(wandb, run.record) if wandb else None))
     return finished

@@ -49,6 +49,16 @@ def test_runs_are_deterministic_under_a_seed(capsys):
     assert first["metrics"] == second["metrics"] and first["noise_multiplier"] == second["noise_multiplier"]
 
 
+def test_digits_gives_the_same_run_on_the_fast_and_the_reference_clipping_path(capsys):
+    """Ghost norms and book-keeping (dpbench/ghost.py) against materialized per-example gradients (vmap)."""
+    args = ("--method", "dpsgd", "--task", "digits", "--epsilon", "1", "--epochs", "10")
+    fast = run_json(capsys, *args)
+    reference = run_json(capsys, *args, "--clipping", "reference")
+    assert (fast["clipping"], reference["clipping"]) == ("ghost", "vmap")
+    assert fast["metrics"]["test_accuracy"] == reference["metrics"]["test_accuracy"] >= 0.7
+    assert fast["metrics"]["test_loss"] == pytest.approx(reference["metrics"]["test_loss"], rel=1e-4)
+
+
 def test_noise_multiplier_instead_of_epsilon_reports_the_implied_epsilon(capsys):
     record = run_json(capsys, "--method", "dpsgd", "--task", "breast_cancer", "--noise-multiplier", "1.5",
                       "--epochs", "2")

@@ -26,9 +26,11 @@ def sequence_linear():  # (B, T, p) inputs: T² < p·q (ghost norm), then T² > 
     return nn.Sequential(nn.Linear(5, 40), nn.GELU(), nn.Linear(40, 3), Pool()), torch.randn(7, 12, 5)
 
 
-def conv():
+def conv():  # per-example gradients (T² > p·q) on the first layer, ghost norms (T² ≤ p·q) on the other two
     net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.GroupNorm(2, 4), nn.ReLU(),
-                        nn.Conv2d(4, 5, 3, stride=2, dilation=1), nn.ReLU(), Flatten(), nn.LazyLinear(3))
+                        nn.Conv2d(4, 5, 3, stride=2, dilation=1), nn.ReLU(),
+                        nn.Conv2d(5, 6, (2, 3), stride=(1, 2), padding=(1, 0), dilation=(2, 1)), nn.Tanh(),
+                        Flatten(), nn.LazyLinear(3))
     x = torch.randn(7, 3, 8, 8)
     net(x)  # materialize the lazy layer
     return net, x
@@ -96,7 +98,7 @@ def test_unsupported_layer_falls_back_with_a_warning_naming_it():
     linear = nn.Linear(3, 2)
     assert isinstance(make_clipper(linear, random_affine(linear)), GhostClipper)
     net, _ = conv()
-    with pytest.warns(UserWarning, match=r"0 \(Conv2d\), 3 \(Conv2d\)"):
+    with pytest.warns(UserWarning, match=r"0 \(Conv2d\), 3 \(Conv2d\), 5 \(Conv2d\)"):
         assert isinstance(make_clipper(net, random_affine(net)), VmapClipper)
 
 
@@ -125,10 +127,10 @@ def test_empty_batch():
 
 
 @pytest.mark.parametrize("kernel, stride, padding, dilation", [(3, 1, 1, 1), (3, 2, 0, 1), ((2, 3), (1, 2), (1, 0), (2, 1))])
-def test_patches_equal_unfold(kernel, stride, padding, dilation):
-    from dpbench.ghost import _patches
+def test_patch_gram_equals_that_of_unfolded_patches(kernel, stride, padding, dilation):
+    from dpbench.ghost import _patch_gram
 
     layer = nn.Conv2d(3, 4, kernel, stride=stride, padding=padding, dilation=dilation)
-    x = torch.randn(5, 3, 9, 11)
-    expected = torch.nn.functional.unfold(x, layer.kernel_size, layer.dilation, layer.padding, layer.stride)
-    torch.testing.assert_close(_patches(x, layer), expected.transpose(1, 2), rtol=0, atol=0)
+    x = torch.randn(5, 3, 9, 11, dtype=torch.float64)
+    patches = torch.nn.functional.unfold(x, layer.kernel_size, layer.dilation, layer.padding, layer.stride)
+    torch.testing.assert_close(_patch_gram(x, layer), patches.transpose(1, 2) @ patches)
