@@ -1,9 +1,9 @@
 """Many seeds of a linear model (logistic/softmax regression) trained at once, as one batched computation.
 
 Each seed keeps everything a separate run has: its own initialization, sampler, noise generator, method state
-and ledger (a :class:`~dpbench.engine.PrivateTraining` module per seed). Per step, the S batches are padded to
-one tensor and every seed's per-example clipped sum comes from one batched forward pass, one backward pass to
-the logits and the closed form of a linear layer (‖∇ℓ_i‖² = ‖∂ℓ_i/∂z_i‖²(‖x_i‖² + 1)); each seed's noise is
+and ledger (a :class:`~dpbench.engine.PrivateTraining` module per seed). Per step, the S batches are concatenated
+and every seed's per-example clipped sum comes from one forward pass, one backward pass to the logits and the
+closed form of a linear layer (‖∇ℓ_i‖² = ‖∂ℓ_i/∂z_i‖²(‖x_i‖² + 1)); each seed's noise is
 drawn from its own generator in the order a separate run draws it. The S runs therefore equal S separate runs
 up to floating-point summation order (tested), without S Lightning loops and per-layer hooks.
 
@@ -46,53 +46,51 @@ def check_batchable(module: PrivateTraining) -> None:
         raise NotBatchable(f"{method.name}: per-example transforms are not batched")
 
 
-def _clipped_sums(modules: list[PrivateTraining], x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor):
-    """Σ_i clip_C(∇ℓ_i) per seed for padded batches x (S, B, d), y (S, B), mask (S, B); [weight (S, K, d), bias]."""
+def _releases(modules: list[PrivateTraining], data: IndexedTensors, batches: list[torch.Tensor]):
+    """Every seed's release for its own batch: clipped sum + its own noise, over its expected batch size.
+
+    The batches are concatenated (N rows, ``seed_of_row`` says whose); every row's logits come from one product
+    with all S seeds' weights, of which each row keeps its own seed's block, and each seed's clipped sum is one
+    product of the rows' clipped output gradients, spread into their seed's block, with the inputs.
+    """
+    seeds = len(modules)
+    sizes = torch.tensor([len(batch) for batch in batches])
+    seed_of_row = torch.repeat_interleave(torch.arange(seeds), sizes)
+    rows = torch.cat(batches)
+    x, y, own_row = data.x[rows], data.y[rows], torch.arange(len(rows))
     layers = [module.task.model for module in modules]
-    weight = torch.stack([layer.weight.detach() for layer in layers])
-    bias = torch.stack([layer.bias.detach() for layer in layers]) if layers[0].bias is not None else None
-    logits = torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2)) if bias is not None \
-        else torch.bmm(x, weight.transpose(1, 2))
+    weight = torch.stack([layer.weight.detach() for layer in layers])  # (S, K, d)
+    classes = weight.shape[1]
+    logits = (x @ weight.flatten(0, 1).T).view(len(rows), seeds, classes)[own_row, seed_of_row]
+    if layers[0].bias is not None:
+        bias = torch.stack([layer.bias.detach() for layer in layers])
+        logits = logits + bias[seed_of_row]
     logits.requires_grad_(True)
     task = modules[0].task
     with torch.enable_grad():
-        losses = task.per_example_loss(logits.flatten(0, 1), y.flatten()) * mask.flatten()
-        output_grads, = torch.autograd.grad(losses.sum(), logits)  # (S, B, K): ∂ℓ_i/∂z_i, zero on padding
-    input_sq = x.pow(2).sum(-1) + (1.0 if bias is not None else 0.0)
-    norms = (output_grads.pow(2).sum(-1) * input_sq).sqrt()
+        output_grads, = torch.autograd.grad(task.per_example_loss(logits, y).sum(), logits)  # (N, K): ∂ℓ_i/∂z_i
+    input_sq = x.square().sum(1) + (1.0 if layers[0].bias is not None else 0.0)
+    norms = (output_grads.square().sum(1) * input_sq).sqrt()
     clips = torch.tensor([module.hp["clip"] for module in modules], dtype=x.dtype)
-    factors = clip_factors(norms, clips[:, None])
-    weighted = output_grads * factors.unsqueeze(-1)
-    sums = [torch.bmm(weighted.transpose(1, 2), x)]
-    if bias is not None:
-        sums.append(weighted.sum(1))
-    return sums
-
-
-def _releases(modules: list[PrivateTraining], data: IndexedTensors, batches: list[torch.Tensor]):
-    """Every seed's release for its batch: clipped sum + its own noise, over its expected batch size."""
-    sizes = torch.tensor([len(batch) for batch in batches])
-    width = int(sizes.max()) if len(sizes) else 0
-    seed_of_row = torch.repeat_interleave(torch.arange(len(batches)), sizes)  # one gather for all seeds
-    position = torch.arange(len(seed_of_row)) - torch.repeat_interleave(sizes.cumsum(0) - sizes, sizes)
-    rows = torch.cat(batches)
-    x = data.x.new_zeros((len(batches), width, data.x.shape[1]))
-    y = data.y.new_zeros((len(batches), width))
-    mask = torch.zeros((len(batches), width), dtype=data.x.dtype)
-    x[seed_of_row, position], y[seed_of_row, position], mask[seed_of_row, position] = data.x[rows], data.y[rows], 1
-    sums = _clipped_sums(modules, x, y, mask)
+    weighted = output_grads * clip_factors(norms, clips[seed_of_row]).unsqueeze(1)
+    spread = weighted.new_zeros((len(rows), seeds, classes))
+    spread[own_row, seed_of_row] = weighted
+    sums = [(spread.flatten(1).T @ x).view(seeds, classes, -1)]
+    if layers[0].bias is not None:
+        sums.append(weighted.new_zeros((seeds, classes)).index_add_(0, seed_of_row, weighted))
     return [module.noisy_mean([total[seed_index] for total in sums]) for seed_index, module in enumerate(modules)]
 
 
 def _release_once(module: PrivateTraining, gradients: list[torch.Tensor]):
     """The release callable for one step: the precomputed gradients, if the parameters have not moved."""
-    versions = [p._version for p in module.params()]
+    params = module.params()
+    versions = [p._version for p in params]
     calls = []
 
     def release() -> list[torch.Tensor]:
         if calls:
             raise RuntimeError(f"{module.method_class.name} asked for more than one release in one step")
-        if [p._version for p in module.params()] != versions:
+        if [p._version for p in params] != versions:
             raise NotBatchable(f"{module.method_class.name} changes the parameters before its release")
         calls.append(1)
         return gradients

@@ -6,12 +6,40 @@ reproducible and a resumed epoch draws the same batches.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.utils.data import Dataset, Sampler
 
 
 def _generator(seed: int, epoch: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+
+
+def poisson_batch(n: int, sample_rate: float, generator: torch.Generator) -> torch.Tensor:
+    """The sorted indices of the examples that join one Poisson batch: each of ``n`` independently with
+    probability q.
+
+    Drawn as the gaps between successive members, which are i.i.d. Geometric(q) on {1, 2, ...}:
+    G = ⌊log V / log(1 − q)⌋ + 1 with V uniform on (0, 1] has P(G ≥ k) = (1 − q)^(k−1). This is the same
+    distribution as n Bernoulli(q) coins at O(qn) work instead of O(n): at q = 0.007, n = 36,000 (adult) the coins
+    were most of a batched training step.
+    """
+    if sample_rate >= 1:
+        return torch.arange(n)
+    if sample_rate <= 0:
+        return torch.arange(0)
+    log_keep = math.log1p(-sample_rate)
+    expected = n * sample_rate
+    chunk = int(expected + 6 * math.sqrt(expected) + 16)  # one chunk of gaps nearly always reaches past n
+    members, last = [], -1
+    while last < n:
+        gaps = torch.floor(torch.log1p(-torch.rand(chunk, generator=generator, dtype=torch.float64)) / log_keep)
+        positions = last + torch.cumsum(gaps.long() + 1, 0)
+        members.append(positions)
+        last = int(positions[-1])
+    batch = torch.cat(members)
+    return batch[: int(torch.searchsorted(batch, n))]
 
 
 class PoissonSampler(Sampler):
@@ -30,10 +58,7 @@ class PoissonSampler(Sampler):
     def __iter__(self):
         generator = _generator(self.seed, self.epoch)
         for _ in range(self.steps_per_epoch):
-            yield [
-                torch.nonzero(torch.rand(self.n, generator=generator) < self.sample_rate).flatten()
-                for _ in range(self.releases_per_step)
-            ]
+            yield [poisson_batch(self.n, self.sample_rate, generator) for _ in range(self.releases_per_step)]
 
 
 class ShuffleSampler(Sampler):

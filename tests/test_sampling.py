@@ -1,6 +1,33 @@
+import pytest
 import torch
+from scipy import stats
 
-from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
+from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler, poisson_batch
+
+
+@pytest.mark.parametrize("n, q", [(6, 0.3), (5, 0.8), (7, 0.05)])
+def test_poisson_batch_draws_every_subset_with_its_bernoulli_probability(n, q):
+    """Chi-square test of all 2^n subsets against q^|S| (1 − q)^(n − |S|), and sorted, distinct, in-range indices."""
+    generator, draws = torch.Generator().manual_seed(11), 40_000
+    counts = torch.zeros(2**n)
+    for _ in range(draws):
+        batch = poisson_batch(n, q, generator)
+        assert batch.tolist() == sorted(set(batch.tolist())) and all(0 <= i < n for i in batch.tolist())
+        counts[int((2 ** batch).sum())] += 1
+    sizes = torch.tensor([bin(subset).count("1") for subset in range(2**n)])
+    expected = draws * q**sizes * (1 - q) ** (n - sizes)
+    keep = expected >= 5  # the usual validity condition of the chi-square approximation
+    statistic = float(((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum())
+    assert stats.chi2.sf(statistic, int(keep.sum()) - 1) > 1e-4
+    assert counts[~keep].sum() <= 5 * max(1.0, float(expected[~keep].sum())) + 5
+
+
+def test_poisson_batch_covers_the_whole_range_at_high_rates():
+    generator = torch.Generator().manual_seed(0)
+    assert torch.equal(poisson_batch(9, 1.0, generator), torch.arange(9))
+    assert len(poisson_batch(9, 0.0, generator)) == 0
+    last_included = sum(int(poisson_batch(1000, 0.9, generator)[-1]) == 999 for _ in range(400))
+    assert last_included / 400 == pytest.approx(0.9, abs=0.05)
 
 
 def test_poisson_inclusion_rate_and_independence():
