@@ -112,6 +112,8 @@ def _parser() -> argparse.ArgumentParser:
     sweep_parser = commands.add_parser("sweep", help="run a grid of tasks × methods × ε × seeds, skipping stored runs")
     sweep_parser.add_argument("grid", help="JSON file: {\"tasks\": [...], \"methods\": [...], \"epsilons\": [...], "
                                            "\"seeds\": N}")
+    sweep_parser.add_argument("--workers", type=_positive_int, default=1,
+                              help="train this many cells at once in worker processes (default 1)")
 
     board = commands.add_parser("leaderboard", help="tables (methods × ε) and plots from the local results store")
     board.add_argument("--task", help="only this task")
@@ -188,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"ε = {result['epsilon']:.6g}, σ = {result['noise_multiplier']:.6g} "
                   f"(q = {args.sample_rate}, {args.steps} steps, δ = {args.delta}, {args.accountant})")
         elif args.command == "sweep":
-            counts = sweep.run_grid(sweep.load_grid(args.grid))
+            counts = sweep.run_grid(sweep.load_grid(args.grid), args.workers)
             print(", ".join(f"{count} {what}" for what, count in counts.items()))
         elif args.command == "leaderboard":
             leaderboard.write(args.format, args.task, args.out, args.from_wandb)

@@ -1,19 +1,24 @@
 """``dpbench sweep``: run a declared grid (tasks × methods × ε × seeds) resumably, skipping runs already stored.
 
 A grid is a JSON file ``{"tasks": [...], "methods": [...], "epsilons": [...], "seeds": N}``; non-private methods
-run once per seed, not once per ε. Runs execute in this process, each as ``dpbench run`` would (default
-hyperparameters, default δ, sampler and accountant); the seeds of a cell train as one batched computation where
+run once per seed, not once per ε. Runs execute in this process (or in ``--workers`` processes), each as
+``dpbench run`` would (default hyperparameters, default δ, sampler and accountant); the seeds of a cell train as one batched computation where
 :mod:`dpbench.multiseed` applies, with the same results as separate runs. A (task, method) pair the
 engine refuses (e.g. ``norm_bound`` on a task without a gradient bound) is reported and skipped.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import multiprocessing
+import os
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from dpbench import engine, multiseed, registry, store
 from dpbench.engine import RunSpec, UsageError
@@ -44,42 +49,62 @@ def _pending_groups(runs, done):
     return groups
 
 
-def run_grid(grid: dict[str, Any]) -> dict[str, int]:
+def _run_cell(cell: tuple[tuple[str, str, float | None], list[int]]) -> tuple[list[dict[str, Any]], str | None]:
+    """Train one (task, method, ε) cell's seeds, as one batched run where :mod:`dpbench.multiseed` applies (linear
+    models, plain private methods), else one after the other; returns (records, the refusal if refused)."""
+    (task, method, epsilon), seeds = cell
+    spec = RunSpec(method=method, task=task, epsilon=epsilon, progress_bar=False)
+    try:
+        try:
+            return multiseed.run_seeds(spec, seeds), None
+        except multiseed.NotBatchable:
+            return [engine.run(replace(spec, seed=seed)) for seed in seeds], None
+    except UsageError as error:
+        return [], str(error)
+
+
+def _worker_threads(threads: int) -> None:
+    torch.set_num_threads(threads)
+
+
+def run_grid(grid: dict[str, Any], workers: int = 1) -> dict[str, int]:
     """Run every planned run not yet in the store; returns counts of runs done, skipped and refused.
 
-    The seeds of one (task, method, ε) cell train together as one batched run where :mod:`dpbench.multiseed`
-    applies (linear models, plain private methods), else one after the other.
+    ``workers`` > 1 trains that many cells at once in worker processes (the store is SQLite: safe to append from
+    several), each with an equal share of the CPU cores as torch threads; results are as with one worker.
     """
     known_methods, known_tasks = registry.methods(), registry.tasks()
     unknown = [m for m in grid["methods"] if m not in known_methods] + [t for t in grid["tasks"] if t not in known_tasks]
     if unknown:
         raise UsageError(f"unknown methods or tasks in the grid: {', '.join(unknown)}")
+    if workers < 1:
+        raise UsageError(f"workers must be at least 1, got {workers}")
     runs = planned_runs(grid)
-    groups = _pending_groups(runs, _done(store.load()))
-    counts = {"ran": 0, "already stored": len(runs) - sum(map(len, groups.values())), "refused": 0}
+    cells = list(_pending_groups(runs, _done(store.load())).items())
+    counts = {"ran": 0, "already stored": len(runs) - sum(len(seeds) for _, seeds in cells), "refused": 0}
     refused: set[tuple[str, str]] = set()
     started = time.perf_counter()
-    for (task, method, epsilon), seeds in groups.items():
-        if (task, method) in refused:
-            counts["refused"] += len(seeds)
-            continue
-        spec = RunSpec(method=method, task=task, epsilon=epsilon, progress_bar=False)
-        try:
-            try:
-                finished = multiseed.run_seeds(spec, seeds)
-            except multiseed.NotBatchable:
-                finished = [engine.run(replace(spec, seed=seed)) for seed in seeds]
-        except UsageError as error:
-            print(f"sweep: {method} on {task} refused: {error}", file=sys.stderr)
-            refused.add((task, method))
-            counts["refused"] += len(seeds)
-            continue
-        counts["ran"] += len(finished)
-        for record in finished:
-            metric = next(iter(record["metrics"].items()))
-            print(f"[{counts['ran'] + counts['already stored']}/{len(runs)} {time.perf_counter() - started:.0f}s] "
-                  f"{task} {method} eps={epsilon} seed={record['seed']}: {metric[0]}={metric[1]:.4f} "
-                  f"({record['train_seconds']:.1f}s)", file=sys.stderr, flush=True)
+    with contextlib.ExitStack() as stack:
+        if workers == 1:
+            results = map(_run_cell, cells)
+        else:
+            threads = max(1, (os.cpu_count() or 1) // workers)
+            pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(
+                workers, initializer=_worker_threads, initargs=(threads,)))
+            results = pool.imap(_run_cell, cells)
+        for ((task, method, epsilon), seeds), (finished, refusal) in zip(cells, results):
+            if refusal is not None:
+                if (task, method) not in refused:
+                    print(f"sweep: {method} on {task} refused: {refusal}", file=sys.stderr)
+                refused.add((task, method))
+                counts["refused"] += len(seeds)
+                continue
+            counts["ran"] += len(finished)
+            for record in finished:
+                metric = next(iter(record["metrics"].items()))
+                print(f"[{counts['ran'] + counts['already stored']}/{len(runs)} {time.perf_counter() - started:.0f}s] "
+                      f"{task} {method} eps={epsilon} seed={record['seed']}: {metric[0]}={metric[1]:.4f} "
+                      f"({record['train_seconds']:.1f}s)", file=sys.stderr, flush=True)
     return counts
 
 

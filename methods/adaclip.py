@@ -62,6 +62,13 @@ class AdaCliP(Method):
     * With Poisson batches the number of examples per step varies; while clipping is active, s then shrinks on
       average in log scale (β2 = 0.9 forgets within ~10 steps) and collapses. The paper samples exactly B users.
 
+    Cost: (g − m)/b is coordinate-wise affine (:class:`~dpbench.clipping.CoordinateAffine`), so for a Linear
+    layer with one input a per example, ‖(g aᵀ − M)/S‖² = (g²)ᵀR(a²) − 2gᵀ(M∘R)a + Σ M²R with R = 1/S² needs no
+    per-example gradient (``dpbench/ghost.py``; also LayerNorm/GroupNorm, whose per-example gradients are small).
+    A convolution, an embedding or a Linear layer on a sequence sums T outer products per example, and the
+    weighted norm Σ_jk R_jk (Σ_t g_tj a_tk)² then costs T²·p·q without them, more than materializing the
+    per-example gradients (T·p·q): models with such layers run on the reference (vmap) path, with a warning.
+
     ``h2`` is the one hyperparameter the paper tunes (default 1, a cap of 1 on each variance sample;
     ``adaclip_regression`` sets 1e-6); β1 = 0.99, β2 = 0.9, h1 = 1e-12 are its fixed values.
     """

@@ -126,6 +126,17 @@ def test_sweep_batches_the_seeds_it_can_and_resumes(capsys):
     assert run_grid(grid) == {"ran": 0, "already stored": 6, "refused": 0}
 
 
+def test_sweep_workers_give_the_records_of_one_process(isolated_home, monkeypatch):
+    from dpbench.sweep import run_grid
+
+    grid = {"tasks": ["breast_cancer"], "methods": ["dpsgd", "amp", "ada_dp"], "epsilons": [1.0, 2.0], "seeds": 2}
+    assert run_grid(grid, workers=2) == {"ran": 12, "already stored": 0, "refused": 0}
+    parallel = {(r["method"], r["epsilon_target"], r["seed"]): r["metrics"] for r in store.load()}
+    monkeypatch.setenv("DPBENCH_HOME", str(isolated_home.parent / "one-process"))
+    assert run_grid(grid) == {"ran": 12, "already stored": 0, "refused": 0}
+    assert {(r["method"], r["epsilon_target"], r["seed"]): r["metrics"] for r in store.load()} == parallel
+
+
 def test_tasks_with_augmentation_are_not_batched():
     class Augmented(TASKS["digits"]):
         name = "augmented_digits"
