@@ -23,6 +23,7 @@ from torch import nn
 
 MODELS = ("logreg", "mlp", "cnn", "transformer")
 VARIANTS = ("nonprivate", "dpbench", "opacus_hooks", "opacus_ghost")
+EXTRA_VARIANTS = ("dpbench_no_noise",)  # dpbench's clipping with σ = 0: the step without the Gaussian draw
 
 
 class SelfAttentionBlock(nn.Module):
@@ -70,7 +71,7 @@ def step_function(model: str, variant: str):
     torch.manual_seed(0)
     net, x, y, classes = build(model)
     lr, clip, sigma = 0.1, 1.0, 1.0
-    if variant in ("nonprivate", "dpbench"):
+    if variant in ("nonprivate", "dpbench", "dpbench_no_noise"):
         from dpbench.engine import PrivateTraining
         from dpbench.methods.dpsgd import DPSGD
         from dpbench.methods.nonprivate import NonPrivate
@@ -128,7 +129,7 @@ def measure(model: str, variant: str, warmup: int, repeats: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS + EXTRA_VARIANTS)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--json", type=Path, help="write the results here")

@@ -8,9 +8,10 @@ and output gradients g_i ∈ R^{T×q}, ∇W ℓ_i = g_iᵀ a_i and
 
     ‖g_iᵀ a_i‖²_F = ⟨a_i a_iᵀ, g_i g_iᵀ⟩   (T² work, the "ghost norm")   or   Σ (g_iᵀ a_i)²   (p·q work),
 
-whichever is cheaper; for T = 1 (logistic/softmax regression, MLPs) it is ‖g_i‖²‖a_i‖², the closed form.
-Supported: Linear, Conv2d (groups = 1, zero padding; as a linear layer on unfolded patches), Embedding, LayerNorm,
-GroupNorm. Any other layer with parameters makes :func:`make_clipper` fall back to the reference
+whichever is cheaper (when the per-example gradients are materialized, the clipped sum is their weighted sum);
+for T = 1 (logistic/softmax regression, MLPs) it is ‖g_i‖²‖a_i‖², the closed form. Supported: Linear, Conv2d
+(groups = 1, zero padding; a linear layer on input patches, which are never unfolded: see :class:`_Conv2d`),
+Embedding, LayerNorm, GroupNorm. Any other layer with parameters makes :func:`make_clipper` fall back to the reference
 :class:`~dpbench.clipping.VmapClipper`, with a warning that names the layer.
 """
 from __future__ import annotations

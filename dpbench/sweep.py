@@ -99,8 +99,8 @@ def run_grid(grid: dict[str, Any], workers: int = 1) -> dict[str, int]:
                 refused.add((task, method))
                 counts["refused"] += len(seeds)
                 continue
-            counts["ran"] += len(finished)
             for record in finished:
+                counts["ran"] += 1
                 metric = next(iter(record["metrics"].items()))
                 print(f"[{counts['ran'] + counts['already stored']}/{len(runs)} {time.perf_counter() - started:.0f}s] "
                       f"{task} {method} eps={epsilon} seed={record['seed']}: {metric[0]}={metric[1]:.4f} "
