@@ -256,8 +256,6 @@ def _check_budget(spec: RunSpec, method: type[Method]) -> None:
         raise UsageError(f"delta must lie in (0, 1), got {spec.delta}")
     if spec.accountant not in ACCOUNTANTS:
         raise UsageError(f"unknown accountant {spec.accountant!r}; choose one of {', '.join(ACCOUNTANTS)}")
-    if spec.clipping not in CLIPPING:
-        raise UsageError(f"unknown clipping {spec.clipping!r}; choose one of {', '.join(CLIPPING)}")
 
 
 @dataclass
@@ -312,6 +310,8 @@ def plan(spec: RunSpec) -> PlannedRun:
     if spec.delta is None and "delta" in budget:
         spec = replace(spec, delta=budget["delta"])
     _check_budget(spec, method)
+    if spec.clipping not in CLIPPING:
+        raise UsageError(f"unknown clipping {spec.clipping!r}; choose one of {', '.join(CLIPPING)}")
     sampler_name = spec.sampler or method.default_sampler
     if sampler_name not in SAMPLERS:
         raise UsageError(f"unknown sampler {sampler_name!r}; choose one of {', '.join(SAMPLERS)}")

@@ -2,9 +2,10 @@
 
 A grid is a JSON file ``{"tasks": [...], "methods": [...], "epsilons": [...], "seeds": N}``; non-private methods
 run once per seed, not once per ε. Runs execute in this process (or in ``--workers`` processes), each as
-``dpbench run`` would (default hyperparameters, default δ, sampler and accountant); the seeds of a cell train as one batched computation where
-:mod:`dpbench.multiseed` applies, with the same results as separate runs. A (task, method) pair the
-engine refuses (e.g. ``norm_bound`` on a task without a gradient bound) is reported and skipped.
+``dpbench run`` would (default hyperparameters, default δ, sampler and accountant); the seeds of a cell train as
+one batched computation where :mod:`dpbench.multiseed` applies, with the same results as separate runs. A
+(task, method) pair the engine refuses (e.g. ``norm_bound`` on a task without a gradient bound) is reported and
+skipped.
 """
 from __future__ import annotations
 
