@@ -159,15 +159,11 @@ class _Conv2d:
     def __init__(self, layer: nn.Conv2d):
         self.layer = layer
 
-    def _ghost(self, x, out_h, out_w) -> bool:
-        layer = self.layer
-        positions = out_h * out_w
-        return positions * positions <= layer.in_channels * layer.kernel_size[0] * layer.kernel_size[1] \
-            * layer.out_channels
-
     def record(self, inputs, output):
-        x = inputs[0]
-        return x, (_patch_gram(x, self.layer) if self._ghost(x, *output.shape[2:]) else None)
+        layer, x = self.layer, inputs[0]
+        positions = output.shape[2] * output.shape[3]
+        ghost = positions * positions <= layer.weight[0].numel() * layer.out_channels  # T² ≤ p·q
+        return x, (_patch_gram(x, layer) if ghost and layer.weight.requires_grad else None)
 
     def supports_affine(self, recorded) -> bool:
         return False  # a weight gradient sums over patches: the transformed norm needs it materialized

@@ -45,6 +45,13 @@ def layer_norm_mlp():
     return nn.Sequential(nn.Linear(6, 8), nn.LayerNorm(8), nn.Tanh(), nn.Linear(8, 3)), torch.randn(7, 6)
 
 
+def conv_with_frozen_kernels():  # only the biases of the first and last convolution train
+    net, x = conv()
+    net[0].weight.requires_grad_(False)
+    net[5].weight.requires_grad_(False)
+    return net, x
+
+
 def frozen_first_layer():
     net, x = mlp()
     net[0].weight.requires_grad_(False)
@@ -59,7 +66,8 @@ class Tiny(Classification):
         self.classes, self.model = 3, model
 
 
-@pytest.mark.parametrize("build, affine", [(mlp, False), (sequence_linear, False), (conv, False), (embedding, False),
+@pytest.mark.parametrize("build, affine", [(mlp, False), (sequence_linear, False), (conv, False),
+                                           (conv_with_frozen_kernels, False), (embedding, False),
                                            (frozen_first_layer, False), (mlp, True), (layer_norm_mlp, True),
                                            (frozen_first_layer, True)])
 @pytest.mark.parametrize("clip", [0.05, 1.0, float("inf")])
