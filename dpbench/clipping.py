@@ -1,6 +1,7 @@
 """Per-example gradient clipping behind one small interface.
 
-``clipped_sum(task, x, y, max_norm, transform)`` returns Σ_i t(g_i) · min(1, C/‖t(g_i)‖) over the batch (one
+``clipped_sum(task, x, y, max_norm, transform, scale)`` returns scale · Σ_i t(g_i) · min(1, C/‖t(g_i)‖) over the
+batch (one
 tensor per trainable parameter) and the per-example norms ‖t(g_i)‖, where t is the method's per-example
 transform (identity for most methods). The engine adds the noise; methods never call this. A faster
 implementation (ghost norms, book-keeping) replaces :class:`VmapClipper` without touching any method.
@@ -37,7 +38,8 @@ class PerExampleClipper(Protocol):
     name: str  # what a run record's ``clipping`` field says
 
     def clipped_sum(
-        self, task: Task, x: torch.Tensor, y: torch.Tensor, max_norm: float, transform: Transform | None = None
+        self, task: Task, x: torch.Tensor, y: torch.Tensor, max_norm: float, transform: Transform | None = None,
+        scale: float = 1.0,
     ) -> tuple[list[torch.Tensor], torch.Tensor]: ...
 
 
@@ -61,7 +63,7 @@ class VmapClipper:
 
         return vmap(grad(loss_of_one), in_dims=(None, 0, 0))(params, x, y)
 
-    def clipped_sum(self, task, x, y, max_norm, transform=None):
+    def clipped_sum(self, task, x, y, max_norm, transform=None, scale=1.0):
         if len(x) == 0:
             zeros = [torch.zeros_like(p) for p in task.model.parameters() if p.requires_grad]
             return zeros, torch.zeros(0, device=x.device)
@@ -69,5 +71,5 @@ class VmapClipper:
         if transform is not None:
             grads = transform(grads)
         norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads))
-        factors = clip_factors(norms, max_norm)
+        factors = clip_factors(norms, max_norm) * scale
         return [torch.einsum("b,b...->...", factors, g) for g in grads], norms

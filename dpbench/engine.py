@@ -190,17 +190,17 @@ class PrivateTraining(pl.LightningModule):
         if not self.method_class.private:
             loss = self.task.per_example_loss(self.task(x), y).mean()
             return list(torch.autograd.grad(loss, params))
-        clip = self.hp["clip"]
-        sums, _ = self.clipper.clipped_sum(self.task, x, y, clip, self._transform())
-        return self.noisy_mean(sums)
+        means, _ = self.clipper.clipped_sum(self.task, x, y, self.hp["clip"], self._transform(),
+                                            scale=1 / self.expected_batch_size)
+        return self.add_noise(means)
 
-    def noisy_mean(self, sums: list[torch.Tensor]) -> list[torch.Tensor]:
-        """(Σ_i clip_C(t(g_i)) + N(0, σ²C²I)) / B from the clipped sums, one tensor per parameter."""
-        if self.noise_multiplier == 0:  # only in tests: such a run reports ε = inf
-            return [total / self.expected_batch_size for total in sums]
-        std = self.noise_multiplier * self.hp["clip"]
-        return [torch.randn(total.shape, generator=self.noise, device=total.device, dtype=total.dtype)
-                .mul_(std).add_(total).div_(self.expected_batch_size) for total in sums]
+    def add_noise(self, means: list[torch.Tensor]) -> list[torch.Tensor]:
+        """(Σ_i clip_C(t(g_i)) + N(0, σ²C²I)) / B from the clipped sums already divided by B (overwritten)."""
+        if self.noise_multiplier > 0:  # σ = 0 only in tests: such a run reports ε = inf
+            std = self.noise_multiplier * self.hp["clip"] / self.expected_batch_size
+            for mean in means:
+                mean.add_(torch.randn(mean.shape, generator=self.noise, device=mean.device, dtype=mean.dtype), alpha=std)
+        return means
 
     def training_step(self, batches, batch_index):
         if self.method_class.private:

@@ -292,7 +292,7 @@ class GhostClipper:
 
     name = "ghost"
 
-    def clipped_sum(self, task: Task, x, y, max_norm, transform: Transform | None = None):
+    def clipped_sum(self, task: Task, x, y, max_norm, transform: Transform | None = None, scale: float = 1.0):
         if transform is not None and not isinstance(transform, CoordinateAffine):
             raise ValueError("GhostClipper applies only CoordinateAffine transforms; others need VmapClipper")
         model = task.model
@@ -317,15 +317,15 @@ class GhostClipper:
         if len(recorded) != len(rules) or len(owned) != len(set(owned)):  # per-example norms with cross terms
             warnings.warn("a layer is called more than once per forward pass, or layers share a parameter; "
                           "using the vmap reference path")
-            return VmapClipper().clipped_sum(task, x, y, max_norm, transform)
+            return VmapClipper().clipped_sum(task, x, y, max_norm, transform, scale)
         if affine is not None and not all(rule.supports_affine(saved) for rule, saved, _ in recorded):
             warnings.warn("the per-example transform has no closed form for a layer with several inputs per "
                           "example; using the vmap reference path")
-            return VmapClipper().clipped_sum(task, x, y, max_norm, transform)
+            return VmapClipper().clipped_sum(task, x, y, max_norm, transform, scale)
         output_grads = torch.autograd.grad(losses.sum(), [output for _, _, output in recorded])
         per_layer = [rule.backward(saved, g, affine) for (rule, saved, _), g in zip(recorded, output_grads)]
         norms = sum(sq_norms for sq_norms, _ in per_layer).clamp_min(0).sqrt()
-        factors = clip_factors(norms, max_norm).detach()
+        factors = clip_factors(norms, max_norm).detach() * scale
         sums = {}
         for _, clipped in per_layer:
             sums.update(clipped(factors))
