@@ -1,10 +1,10 @@
 """Per-example gradient clipping behind one small interface.
 
 ``clipped_sum(task, x, y, max_norm, transform, scale)`` returns scale · Σ_i t(g_i) · min(1, C/‖t(g_i)‖) over the
-batch (one
-tensor per trainable parameter) and the per-example norms ‖t(g_i)‖, where t is the method's per-example
-transform (identity for most methods). The engine adds the noise; methods never call this. A faster
-implementation (ghost norms, book-keeping) replaces :class:`VmapClipper` without touching any method.
+batch (one tensor per trainable parameter; the engine passes scale = 1/B) and the per-example norms ‖t(g_i)‖,
+where t is the method's per-example transform (identity for most methods). The engine adds the noise; methods
+never call this. A faster implementation (ghost norms, book-keeping) replaces :class:`VmapClipper` without
+touching any method.
 """
 from __future__ import annotations
 

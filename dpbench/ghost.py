@@ -27,6 +27,9 @@ from dpbench.clipping import CoordinateAffine, PerExampleClipper, Transform, Vma
 from dpbench.task import Task
 
 
+#: What a layer rule's ``backward(record, output_grad, affine)`` returns: the per-example squared norms, and a
+#: function of the clip factors c that returns Σ_i c_i ∇ℓ_i for the layer's parameters. A rule's ``record(inputs,
+#: output)``, called by a forward hook, keeps what ``backward`` needs of the layer's input.
 PerExampleRule = tuple[torch.Tensor, Callable[[torch.Tensor], dict[nn.Parameter, torch.Tensor]]]
 
 
@@ -41,10 +44,6 @@ def _weighted_sum(factors: torch.Tensor, per_example: torch.Tensor) -> torch.Ten
 
 
 class _Linear:
-    """Each rule has ``record`` (forward hook: what to keep of the layer's input) and ``backward`` (from the
-    record and the output gradient: per-example squared norms, and a function of the clip factors c that
-    returns Σ_i c_i ∇ℓ_i for the layer's parameters)."""
-
     def __init__(self, layer: nn.Linear):
         self.layer = layer
 

@@ -117,6 +117,19 @@ def random_affine(model):
                             [torch.empty_like(p).uniform_(0.05, 3.0) for p in params])
 
 
+def test_layers_sharing_a_parameter_fall_back_to_the_reference():
+    """Tied weights (an embedding reused as the output layer): the per-example norm has cross terms."""
+    torch.manual_seed(0)
+    embed, head = nn.Embedding(11, 6), nn.Linear(6, 11, bias=False)
+    head.weight = embed.weight
+    model = nn.Sequential(embed, Pool(), head)
+    task, x, y = Tiny(model), torch.randint(0, 11, (7, 5)), torch.randint(0, 3, (7,))
+    with pytest.warns(UserWarning, match="share a parameter"):
+        fast, fast_norms = GhostClipper().clipped_sum(task, x, y, 1.0)
+    slow, slow_norms = VmapClipper().clipped_sum(task, x, y, 1.0)
+    torch.testing.assert_close(fast_norms, slow_norms)
+
+
 def test_coordinate_affine_on_sequence_inputs_falls_back_to_the_reference():
     torch.manual_seed(0)
     model, x = sequence_linear()
