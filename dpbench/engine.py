@@ -199,7 +199,8 @@ class PrivateTraining(pl.LightningModule):
         if self.noise_multiplier > 0:  # σ = 0 only in tests: such a run reports ε = inf
             std = self.noise_multiplier * self.hp["clip"] / self.expected_batch_size
             for mean in means:
-                mean.add_(torch.randn(mean.shape, generator=self.noise, device=mean.device, dtype=mean.dtype), alpha=std)
+                noise = torch.randn(mean.shape, generator=self.noise, device=mean.device, dtype=mean.dtype)
+                mean.add_(noise, alpha=std)
         return means
 
     def training_step(self, batches, batch_index):
