@@ -1,8 +1,10 @@
 """Median time of one training step and peak memory: non-private vs dpbench DP-SGD vs Opacus (hooks, ghost).
 
-Every (model, variant) pair runs in its own subprocess, so that peak resident memory is its own; ratios are
-taken against the non-private step of the same model measured in the same invocation. A step is forward,
-backward (per-example clipping and noise for the private variants) and an SGD update on a fixed batch.
+Times are side by side: for each model, one subprocess builds every variant and runs their steps in rotating
+round-robin order, so that a slower or faster spell of the machine falls on all of them alike; a variant's ratio
+is the median over rounds of its step time over the non-private step time of the same round. Peak resident
+memory comes from a separate subprocess per (model, variant), so that it is that variant's own. A step is
+forward, backward (per-example clipping and noise for the private variants) and an SGD update on a fixed batch.
 
     python benchmarks/step_time.py --json benchmarks/results/step_time.json   # writes the table too
 """
@@ -23,7 +25,9 @@ from torch import nn
 
 MODELS = ("logreg", "mlp", "cnn", "transformer")
 VARIANTS = ("nonprivate", "dpbench", "opacus_hooks", "opacus_ghost")
-EXTRA_VARIANTS = ("dpbench_no_noise",)  # dpbench's clipping with σ = 0: the step without the Gaussian draw
+#: dpbench_no_noise: dpbench's step with σ = 0 (no Gaussian draw); gaussian_draw: the draw alone, as many numbers
+#: as the model has parameters from PyTorch's CPU sampler, the floor under any DP-SGD step with that sampler.
+EXTRA_VARIANTS = ("dpbench_no_noise", "gaussian_draw")
 
 
 class SelfAttentionBlock(nn.Module):
@@ -71,6 +75,9 @@ def step_function(model: str, variant: str):
     torch.manual_seed(0)
     net, x, y, classes = build(model)
     lr, clip, sigma = 0.1, 1.0, 1.0
+    if variant == "gaussian_draw":
+        generator, size = torch.Generator().manual_seed(0), sum(p.numel() for p in net.parameters())
+        return lambda: torch.randn(size, generator=generator)
     if variant in ("nonprivate", "dpbench", "dpbench_no_noise"):
         from dpbench.engine import PrivateTraining
         from dpbench.methods.dpsgd import DPSGD
@@ -112,18 +119,37 @@ def step_function(model: str, variant: str):
     return step
 
 
-def measure(model: str, variant: str, warmup: int, repeats: int) -> dict:
-    """In this process: median seconds per step after warm-up, and peak resident memory."""
+def peak_memory(model: str, variant: str, warmup: int) -> dict:
+    """In this process: peak resident memory after warm-up and three steps."""
     step = step_function(model, variant)
-    for _ in range(warmup):
+    for _ in range(warmup + 3):
         step()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - started)
-    return {"model": model, "variant": variant, "median_seconds": statistics.median(times),
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def side_by_side(model: str, variants: list[str], warmup: int, repeats: int) -> dict:
+    """In this process: every variant's median step time, and its median per-round ratio to the non-private step."""
+    steps = {variant: step_function(model, variant) for variant in variants}
+    for step in steps.values():
+        for _ in range(warmup):
+            step()
+    times = {variant: [] for variant in variants}
+    for round_index in range(repeats):
+        shift = round_index % len(variants)
+        for variant in variants[shift:] + variants[:shift]:
+            started = time.perf_counter()
+            steps[variant]()
+            times[variant].append(time.perf_counter() - started)
+    return {variant: {"median_seconds": statistics.median(times[variant]),
+                      "time_ratio": statistics.median(t / base for t, base in zip(times[variant], times["nonprivate"]))}
+            for variant in variants}
+
+
+def run_child(*args: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(out.stderr.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -133,25 +159,35 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--json", type=Path, help="write the results here")
-    parser.add_argument("--one", nargs=2, metavar=("MODEL", "VARIANT"), help=argparse.SUPPRESS)
+    parser.add_argument("--memory", nargs=2, metavar=("MODEL", "VARIANT"), help=argparse.SUPPRESS)
+    parser.add_argument("--side-by-side", metavar="MODEL", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.one:
-        print(json.dumps(measure(*args.one, args.warmup, args.repeats)))
+    variants = ["nonprivate"] + [v for v in args.variants if v != "nonprivate"]
+    if args.memory:
+        print(json.dumps(peak_memory(*args.memory, args.warmup)))
+        return
+    if args.side_by_side:
+        print(json.dumps(side_by_side(args.side_by_side, variants, args.warmup, args.repeats)))
         return
     rows = []
     for model in args.models:
-        for variant in args.variants:
-            out = subprocess.run([sys.executable, __file__, "--one", model, variant, "--warmup", str(args.warmup),
-                                  "--repeats", str(args.repeats)], capture_output=True, text=True)
-            if out.returncode:
-                rows.append({"model": model, "variant": variant, "error": out.stderr.strip().splitlines()[-1]})
-            else:
-                rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        try:
+            timed = run_child("--side-by-side", model, "--variants", *variants, "--warmup", str(args.warmup),
+                              "--repeats", str(args.repeats))
+        except RuntimeError as error:
+            rows += [{"model": model, "variant": variant, "error": str(error)} for variant in variants]
+            continue
+        for variant in variants:
+            try:
+                memory = run_child("--memory", model, variant, "--warmup", str(args.warmup))
+            except RuntimeError as error:
+                rows.append({"model": model, "variant": variant, "error": str(error)})
+                continue
+            rows.append({"model": model, "variant": variant, **timed[variant], **memory})
             print(json.dumps(rows[-1]), file=sys.stderr)
     base = {r["model"]: r for r in rows if r["variant"] == "nonprivate" and "error" not in r}
     for r in rows:
         if "error" not in r and r["model"] in base:
-            r["time_ratio"] = r["median_seconds"] / base[r["model"]]["median_seconds"]
             r["memory_ratio"] = r["peak_rss_mb"] / base[r["model"]]["peak_rss_mb"]
     result = {"machine": {"platform": platform.platform(), "processor": platform.processor(),
                           "torch_threads": torch.get_num_threads(), "torch": torch.__version__}, "rows": rows}

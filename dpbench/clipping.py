@@ -1,13 +1,14 @@
 """Per-example gradient clipping behind one small interface.
 
-``clipped_sum(task, x, y, max_norm, transform, scale)`` returns scale · Σ_i t(g_i) · min(1, C/‖t(g_i)‖) over the
-batch (one tensor per trainable parameter; the engine passes scale = 1/B) and the per-example norms ‖t(g_i)‖,
-where t is the method's per-example transform (identity for most methods). The engine adds the noise; methods
-never call this. A faster implementation (ghost norms, book-keeping) replaces :class:`VmapClipper` without
+``clipped_sum(task, x, y, max_norm, transform, scale, into)`` returns scale · Σ_i t(g_i) · min(1, C/‖t(g_i)‖) over
+the batch (one tensor per trainable parameter; the engine passes scale = 1/B), added in place into ``into`` when
+given (the engine passes the release's noise), and the per-example norms ‖t(g_i)‖, where t is the method's
+per-example transform (identity for most methods). Methods never call this. A faster implementation (ghost norms, book-keeping) replaces :class:`VmapClipper` without
 touching any method.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -39,13 +40,18 @@ class PerExampleClipper(Protocol):
 
     def clipped_sum(
         self, task: Task, x: torch.Tensor, y: torch.Tensor, max_norm: float, transform: Transform | None = None,
-        scale: float = 1.0,
+        scale: float = 1.0, into: list[torch.Tensor] | None = None,
     ) -> tuple[list[torch.Tensor], torch.Tensor]: ...
 
 
-def clip_factors(norms: torch.Tensor, max_norm: float) -> torch.Tensor:
-    """min(1, C/‖g‖) per example (Abadi et al. 2016, Algorithm 1); 1 for C = inf."""
-    return torch.clamp(max_norm / (norms + 1e-12), max=1.0)
+def clip_factors(norms: torch.Tensor, max_norm: float | torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """scale · min(1, C/‖g‖) per example (Abadi et al. 2016, Algorithm 1), as scale · C / max(‖g‖, C); scale for
+    C = inf. ``max_norm`` may be one C per example."""
+    if not torch.is_tensor(max_norm):
+        if math.isinf(max_norm):
+            return torch.full_like(norms, scale)
+        return (max_norm * scale) / norms.clamp_min(max_norm)
+    return max_norm * scale / torch.maximum(norms, max_norm)
 
 
 class VmapClipper:
@@ -63,13 +69,15 @@ class VmapClipper:
 
         return vmap(grad(loss_of_one), in_dims=(None, 0, 0))(params, x, y)
 
-    def clipped_sum(self, task, x, y, max_norm, transform=None, scale=1.0):
+    def clipped_sum(self, task, x, y, max_norm, transform=None, scale=1.0, into=None):
+        sums = into if into is not None else [torch.zeros_like(p) for p in task.model.parameters() if p.requires_grad]
         if len(x) == 0:
-            zeros = [torch.zeros_like(p) for p in task.model.parameters() if p.requires_grad]
-            return zeros, torch.zeros(0, device=x.device)
+            return sums, torch.zeros(0, device=x.device)
         grads = list(self.per_example_gradients(task, x, y).values())
         if transform is not None:
             grads = transform(grads)
         norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads))
-        factors = clip_factors(norms, max_norm) * scale
-        return [torch.einsum("b,b...->...", factors, g) for g in grads], norms
+        factors = clip_factors(norms, max_norm, scale)
+        for total, g in zip(sums, grads):
+            total.add_(torch.einsum("b,b...->...", factors, g))
+        return sums, norms

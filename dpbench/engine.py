@@ -190,18 +190,18 @@ class PrivateTraining(pl.LightningModule):
         if not self.method_class.private:
             loss = self.task.per_example_loss(self.task(x), y).mean()
             return list(torch.autograd.grad(loss, params))
-        means, _ = self.clipper.clipped_sum(self.task, x, y, self.hp["clip"], self._transform(),
-                                            scale=1 / self.expected_batch_size)
-        return self.add_noise(means)
+        noisy, _ = self.clipper.clipped_sum(self.task, x, y, self.hp["clip"], self._transform(),
+                                            scale=1 / self.expected_batch_size, into=self.draw_noise(params))
+        return noisy
 
-    def add_noise(self, means: list[torch.Tensor]) -> list[torch.Tensor]:
-        """(Σ_i clip_C(t(g_i)) + N(0, σ²C²I)) / B from the clipped sums already divided by B (overwritten)."""
-        if self.noise_multiplier > 0:  # σ = 0 only in tests: such a run reports ε = inf
-            std = self.noise_multiplier * self.hp["clip"] / self.expected_batch_size
-            for mean in means:
-                noise = torch.randn(mean.shape, generator=self.noise, device=mean.device, dtype=mean.dtype)
-                mean.add_(noise, alpha=std)
-        return means
+    def draw_noise(self, like: list[torch.Tensor]) -> list[torch.Tensor]:
+        """N(0, (σC/B)²I) shaped like each of ``like``: a release's noise, into which the clipped sum divided by B
+        is then added, giving (Σ_i clip_C(t(g_i)) + N(0, σ²C²I)) / B. Zeros for σ = 0 (only in tests: such a
+        run reports ε = inf)."""
+        std = self.mechanism.mean_noise_std
+        if std == 0:
+            return [torch.zeros_like(t) for t in like]
+        return [torch.empty_like(t).normal_(0.0, std, generator=self.noise) for t in like]
 
     def training_step(self, batches, batch_index):
         if self.method_class.private:

@@ -28,9 +28,11 @@ from dpbench.task import Task
 
 
 #: What a layer rule's ``backward(record, output_grad, affine)`` returns: the per-example squared norms, and a
-#: function of the clip factors c that returns Σ_i c_i ∇ℓ_i for the layer's parameters. A rule's ``record(inputs,
-#: output)``, called by a forward hook, keeps what ``backward`` needs of the layer's input.
-PerExampleRule = tuple[torch.Tensor, Callable[[torch.Tensor], dict[nn.Parameter, torch.Tensor]]]
+#: function of the clip factors c and a dict ``into`` (parameter -> tensor) that adds Σ_i c_i ∇ℓ_i for the layer's
+#: parameters into it, in place. A rule's ``record(inputs, output)``, called by a forward hook, keeps what
+#: ``backward`` needs of the layer's input.
+Accumulate = Callable[[torch.Tensor, dict[nn.Parameter, torch.Tensor]], None]
+PerExampleRule = tuple[torch.Tensor, Accumulate]
 
 
 def _as_sequence(a: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -38,9 +40,9 @@ def _as_sequence(a: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.
     return a.reshape(len(a), -1, a.shape[-1]), g.reshape(len(g), -1, g.shape[-1])
 
 
-def _weighted_sum(factors: torch.Tensor, per_example: torch.Tensor) -> torch.Tensor:
-    """Σ_i c_i G_i over materialized per-example gradients (book-keeping: B·|G| work, no second pass)."""
-    return torch.tensordot(factors, per_example, dims=1)
+def _add_weighted_sum(total: torch.Tensor, factors: torch.Tensor, per_example: torch.Tensor) -> None:
+    """total += Σ_i c_i G_i over materialized per-example gradients (book-keeping: B·|G| work, no second pass)."""
+    total.add_(torch.tensordot(factors, per_example, dims=1))
 
 
 class _Linear:
@@ -73,14 +75,14 @@ class _Linear:
             bias_grads = g.sum(1)
             sq_norms = sq_norms + bias_grads.square().sum(1)
 
-        def clipped(factors):
-            grads = {}
+        def clipped(factors, into):
             if weight.requires_grad:
-                grads[weight] = _weighted_sum(factors, per_example) if per_example is not None else \
-                    (g * factors[:, None, None]).flatten(0, 1).T @ a.flatten(0, 1)
+                if per_example is not None:
+                    _add_weighted_sum(into[weight], factors, per_example)
+                else:
+                    into[weight].addmm_((g * factors[:, None, None]).flatten(0, 1).T, a.flatten(0, 1))
             if bias_grads is not None:
-                grads[bias] = factors @ bias_grads
-            return grads
+                into[bias].addmv_(bias_grads.T, factors)
 
         return sq_norms, clipped
 
@@ -90,15 +92,18 @@ class _Linear:
         weight, bias = self.layer.weight, self.layer.bias
         with_bias = bias is not None and bias.requires_grad
         g_sq = torch.linalg.vector_norm(g, dim=1).square()
-        a_sq = torch.linalg.vector_norm(a, dim=1).square() if weight.requires_grad else 0
-        sq_norms = g_sq * (a_sq + 1) if with_bias else g_sq * a_sq
+        if not weight.requires_grad:
+            sq_norms = g_sq
+        else:
+            a_sq = torch.linalg.vector_norm(a, dim=1).square()
+            sq_norms = torch.addcmul(g_sq, g_sq, a_sq) if with_bias else g_sq * a_sq
 
-        def clipped(factors):
+        def clipped(factors, into):
             weighted = g * factors[:, None]
-            grads = {weight: weighted.T @ a} if weight.requires_grad else {}
+            if weight.requires_grad:
+                into[weight].addmm_(weighted.T, a)
             if with_bias:
-                grads[bias] = weighted.sum(0)
-            return grads
+                into[bias].addmv_(g.T, factors)
 
         return sq_norms, clipped
 
@@ -116,13 +121,12 @@ class _Linear:
             shift, scale = affine[bias]
             sq_norms = sq_norms + ((g - shift) / scale).pow(2).sum(1)
 
-        def clipped(factors):
-            grads, total = {}, factors.sum()
+        def clipped(factors, into):
+            total = factors.sum()
             if weight.requires_grad:
-                grads[weight] = ((g * factors[:, None]).T @ a - total * affine[weight][0]) / affine[weight][1]
+                into[weight].add_(((g * factors[:, None]).T @ a - total * affine[weight][0]) / affine[weight][1])
             if bias is not None and bias.requires_grad:
-                grads[bias] = (factors @ g - total * affine[bias][0]) / affine[bias][1]
-            return grads
+                into[bias].add_((factors @ g - total * affine[bias][0]) / affine[bias][1])
 
         return sq_norms, clipped
 
@@ -187,14 +191,15 @@ class _Conv2d:
             bias_grads = g.sum((2, 3))
             sq_norms = sq_norms + bias_grads.square().sum(1)
 
-        def clipped(factors):
-            grads = {}
+        def clipped(factors, into):
             if weight.requires_grad:
-                grads[weight] = _weighted_sum(factors, per_example) if per_example is not None else \
-                    F.grad.conv2d_weight(x, weight.shape, g * factors[:, None, None, None], **geometry)
+                if per_example is not None:
+                    _add_weighted_sum(into[weight], factors, per_example)
+                else:
+                    into[weight].add_(F.grad.conv2d_weight(x, weight.shape, g * factors[:, None, None, None],
+                                                           **geometry))
             if bias_grads is not None:
-                grads[bias] = factors @ bias_grads
-            return grads
+                into[bias].addmv_(bias_grads.T, factors)
 
         return sq_norms, clipped
 
@@ -218,9 +223,8 @@ class _Embedding:
         same = (ids.unsqueeze(2) == ids.unsqueeze(1)).to(g.dtype)
         sq_norms = (same * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
 
-        def clipped(factors):
-            total = torch.zeros_like(self.layer.weight)
-            return {self.layer.weight: total.index_add_(0, ids.flatten(), (g * factors[:, None, None]).flatten(0, 1))}
+        def clipped(factors, into):
+            into[self.layer.weight].index_add_(0, ids.flatten(), (g * factors[:, None, None]).flatten(0, 1))
 
         return sq_norms, clipped
 
@@ -256,7 +260,12 @@ class _Normalization:
         if affine is not None:
             grads = {p: (grad - affine[p][0]) / affine[p][1] for p, grad in grads.items()}
         sq_norms = sum(grad.flatten(1).square().sum(1) for grad in grads.values())
-        return sq_norms, lambda factors: {p: _weighted_sum(factors, grad) for p, grad in grads.items()}
+
+        def clipped(factors, into):
+            for p, grad in grads.items():
+                _add_weighted_sum(into[p], factors, grad)
+
+        return sq_norms, clipped
 
 
 def _rule(module: nn.Module):
@@ -291,13 +300,15 @@ class GhostClipper:
 
     name = "ghost"
 
-    def clipped_sum(self, task: Task, x, y, max_norm, transform: Transform | None = None, scale: float = 1.0):
+    def clipped_sum(self, task: Task, x, y, max_norm, transform: Transform | None = None, scale: float = 1.0,
+                    into: list[torch.Tensor] | None = None):
         if transform is not None and not isinstance(transform, CoordinateAffine):
             raise ValueError("GhostClipper applies only CoordinateAffine transforms; others need VmapClipper")
         model = task.model
         trainable = [p for p in model.parameters() if p.requires_grad]
+        sums = into if into is not None else [torch.zeros_like(p) for p in trainable]
         if len(x) == 0:
-            return [torch.zeros_like(p) for p in trainable], torch.zeros(0, device=x.device)
+            return sums, torch.zeros(0, device=x.device)
         affine = None if transform is None else dict(zip(trainable, zip(transform.shift, transform.scale)))
         rules = [(module, rule) for module in model.modules()
                  if any(p.requires_grad for p in module.parameters(recurse=False)) and (rule := _rule(module))]
@@ -316,19 +327,20 @@ class GhostClipper:
         if len(recorded) != len(rules) or len(owned) != len(set(owned)):  # per-example norms with cross terms
             warnings.warn("a layer is called more than once per forward pass, or layers share a parameter; "
                           "using the vmap reference path")
-            return VmapClipper().clipped_sum(task, x, y, max_norm, transform, scale)
+            return VmapClipper().clipped_sum(task, x, y, max_norm, transform, scale, into)
         if affine is not None and not all(rule.supports_affine(saved) for rule, saved, _ in recorded):
             warnings.warn("the per-example transform has no closed form for a layer with several inputs per "
                           "example; using the vmap reference path")
-            return VmapClipper().clipped_sum(task, x, y, max_norm, transform, scale)
+            return VmapClipper().clipped_sum(task, x, y, max_norm, transform, scale, into)
         output_grads = torch.autograd.grad(losses.sum(), [output for _, _, output in recorded])
-        per_layer = [rule.backward(saved, g, affine) for (rule, saved, _), g in zip(recorded, output_grads)]
-        norms = sum(sq_norms for sq_norms, _ in per_layer).clamp_min(0).sqrt()
-        factors = clip_factors(norms, max_norm).detach() * scale
-        sums = {}
-        for _, clipped in per_layer:
-            sums.update(clipped(factors))
-        return [sums[p].detach() for p in trainable], norms.detach()
+        with torch.no_grad():
+            per_layer = [rule.backward(saved, g, affine) for (rule, saved, _), g in zip(recorded, output_grads)]
+            norms = sum(sq_norms for sq_norms, _ in per_layer).clamp_min(0).sqrt()
+            factors = clip_factors(norms, max_norm, scale)
+            by_parameter = dict(zip(trainable, sums))
+            for _, clipped in per_layer:
+                clipped(factors, by_parameter)
+        return sums, norms
 
 
 def make_clipper(model: nn.Module, transform: Transform | None = None) -> PerExampleClipper:

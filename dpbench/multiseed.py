@@ -73,14 +73,20 @@ def _releases(modules: list[PrivateTraining], data: IndexedTensors, batches: lis
     norms = (output_grads.square().sum(1) * input_sq).sqrt()
     clips = torch.tensor([module.hp["clip"] for module in modules], dtype=x.dtype)
     scales = torch.tensor([1 / module.expected_batch_size for module in modules], dtype=x.dtype)
-    factors = clip_factors(norms, clips[seed_of_row]) * scales[seed_of_row]  # each seed's sum divided by its B
+    factors = clip_factors(norms, clips[seed_of_row], scales[seed_of_row])  # each seed's sum divided by its B
     weighted = output_grads * factors.unsqueeze(1)
     spread = weighted.new_zeros((len(rows), seeds, classes))
     spread[own_row, seed_of_row] = weighted
     sums = [(spread.flatten(1).T @ x).view(seeds, classes, -1)]
     if layers[0].bias is not None:
         sums.append(weighted.new_zeros((seeds, classes)).index_add_(0, seed_of_row, weighted))
-    return [module.add_noise([total[seed_index] for total in sums]) for seed_index, module in enumerate(modules)]
+    releases = []
+    for seed_index, module in enumerate(modules):
+        noisy = module.draw_noise(module.params())
+        for noise, total in zip(noisy, sums):
+            noise.add_(total[seed_index])
+        releases.append(noisy)
+    return releases
 
 
 def _release_once(module: PrivateTraining, gradients: list[torch.Tensor]):

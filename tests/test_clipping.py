@@ -64,6 +64,16 @@ def test_every_clipped_gradient_has_norm_at_most_clip(task):
     assert (norms > 0.5).any() and (clipped_norms <= 0.5 * (1 + 1e-6)).all()
 
 
+def test_clip_factors_are_scale_times_min_one_c_over_norm():
+    norms = torch.tensor([0.0, 0.25, 0.5, 2.0, 8.0])
+    expected = 0.1 * torch.minimum(torch.ones(5), 0.5 / norms)
+    torch.testing.assert_close(clip_factors(norms, 0.5, scale=0.1), expected)
+    torch.testing.assert_close(clip_factors(norms, math.inf, scale=0.1), torch.full((5,), 0.1))
+    per_example = torch.tensor([0.5, 0.5, 1.0, 1.0, 4.0])  # one C per example, as for batched seeds
+    torch.testing.assert_close(clip_factors(norms, per_example, scale=torch.full((5,), 2.0)),
+                               2.0 * torch.minimum(torch.ones(5), per_example / norms))
+
+
 def test_empty_batch_gives_zero_sum(task):
     total, norms = VmapClipper().clipped_sum(task, torch.zeros(0, 4), torch.zeros(0, dtype=torch.long), 1.0)
     assert len(norms) == 0 and all((t == 0).all() for t in total)

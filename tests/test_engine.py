@@ -66,6 +66,19 @@ def test_released_noise_has_std_sigma_clip_over_expected_batch_size():
     assert noise.std().item() == pytest.approx(sigma * clip / expected, rel=0.03)
 
 
+def test_release_is_the_noise_plus_the_clipped_sum_over_expected_batch_size():
+    sigma, clip, expected = 2.0, 0.5, 40.0
+    module, data = module_for("dpsgd", sigma, expected, clip=clip)
+    x, y = data.x[:30], data.y[:30]
+    released = module.release(x, y)
+    module.on_fit_start()  # the noise generator from its seed again
+    noise = module.draw_noise(module.params())
+    clipped, _ = module.clipper.clipped_sum(module.task, x, y, clip)
+    for r, n, c in zip(released, noise, clipped):
+        torch.testing.assert_close(r, n + c / expected)
+    assert torch.cat([n.flatten() for n in noise]).std().item() == pytest.approx(sigma * clip / expected, rel=0.1)
+
+
 class Greedy(Method):
     name = "greedy_for_tests"
     description = "asks for two gradients per step while declaring one"

@@ -86,6 +86,23 @@ def test_ghost_equals_reference(build, affine, clip):
         torch.testing.assert_close(f, s, rtol=1e-5, atol=1e-5 if affine else 1e-6)
 
 
+@pytest.mark.parametrize("clipper", [GhostClipper(), VmapClipper()])
+@pytest.mark.parametrize("build", [mlp, sequence_linear, conv, embedding, layer_norm_mlp])
+def test_clipped_sum_is_added_into_the_given_tensors(clipper, build):
+    """``into`` (the engine passes the release's noise) receives scale · Σ clipped in place and is returned."""
+    torch.manual_seed(0)
+    model, x = build()
+    task = Tiny(model)
+    y = torch.randint(0, 3, (len(x),))
+    alone, _ = clipper.clipped_sum(task, x, y, 0.5, scale=0.25)
+    into = [torch.randn_like(p) for p in model.parameters()]
+    before = [t.clone() for t in into]
+    result, _ = clipper.clipped_sum(task, x, y, 0.5, scale=0.25, into=into)
+    assert all(r is t for r, t in zip(result, into))
+    for r, b, a in zip(result, before, alone):
+        torch.testing.assert_close(r, b + a)
+
+
 def test_binary_logistic_closed_form():
     torch.manual_seed(0)
     task = Tiny(nn.Linear(4, 1))
