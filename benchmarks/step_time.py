@@ -23,6 +23,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from dpbench.allocator import keep_freed_memory
+
 MODELS = ("logreg", "mlp", "cnn", "transformer")
 VARIANTS = ("nonprivate", "dpbench", "opacus_hooks", "opacus_ghost")
 #: dpbench_no_noise: dpbench's step with σ = 0 (no Gaussian draw); gaussian_draw: the draw alone, as many numbers
@@ -159,10 +161,15 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--malloc", choices=("dpbench", "default"), default="dpbench",
+                        help="dpbench: every variant's process keeps freed memory as the dpbench command does "
+                             "(dpbench/allocator.py); default: glibc's own settings")
     parser.add_argument("--memory", nargs=2, metavar=("MODEL", "VARIANT"), help=argparse.SUPPRESS)
     parser.add_argument("--side-by-side", metavar="MODEL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     variants = ["nonprivate"] + [v for v in args.variants if v != "nonprivate"]
+    if (args.memory or args.side_by_side) and args.malloc == "dpbench":
+        keep_freed_memory()
     if args.memory:
         print(json.dumps(peak_memory(*args.memory, args.warmup)))
         return
@@ -173,13 +180,13 @@ def main() -> None:
     for model in args.models:
         try:
             timed = run_child("--side-by-side", model, "--variants", *variants, "--warmup", str(args.warmup),
-                              "--repeats", str(args.repeats))
+                              "--repeats", str(args.repeats), "--malloc", args.malloc)
         except RuntimeError as error:
             rows += [{"model": model, "variant": variant, "error": str(error)} for variant in variants]
             continue
         for variant in variants:
             try:
-                memory = run_child("--memory", model, variant, "--warmup", str(args.warmup))
+                memory = run_child("--memory", model, variant, "--warmup", str(args.warmup), "--malloc", args.malloc)
             except RuntimeError as error:
                 rows.append({"model": model, "variant": variant, "error": str(error)})
                 continue
@@ -190,7 +197,8 @@ def main() -> None:
         if "error" not in r and r["model"] in base:
             r["memory_ratio"] = r["peak_rss_mb"] / base[r["model"]]["peak_rss_mb"]
     result = {"machine": {"platform": platform.platform(), "processor": platform.processor(),
-                          "torch_threads": torch.get_num_threads(), "torch": torch.__version__}, "rows": rows}
+                          "torch_threads": torch.get_num_threads(), "torch": torch.__version__},
+              "malloc": args.malloc, "rows": rows}
     lines = ["| model | variant | median step (ms) | × non-private | peak RSS (MB) | × non-private |",
              "| --- | --- | --- | --- | --- | --- |"]
     for r in rows:

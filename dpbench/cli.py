@@ -9,7 +9,7 @@ import math
 import sys
 from typing import Any
 
-from dpbench import engine, leaderboard, registry, sweep, tuning
+from dpbench import allocator, engine, leaderboard, registry, sweep, tuning
 from dpbench.data import DataError
 from dpbench.engine import UsageError
 from dpbench.privacy import ACCOUNTANTS, SAMPLERS, GaussianReleases, calibrate_noise_multiplier
@@ -180,6 +180,7 @@ def _tune_summary(record: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    allocator.keep_freed_memory()  # speed only: a step's large tensors are not page-faulted in again every step
     # Lightning's informational lines would mix with --json output on stdout.
     logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
 

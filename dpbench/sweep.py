@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from dpbench import engine, multiseed, registry, store
+from dpbench import allocator, engine, multiseed, registry, store
 from dpbench.engine import RunSpec, UsageError
 
 
@@ -64,8 +64,9 @@ def _run_cell(cell: tuple[tuple[str, str, float | None], list[int]]) -> tuple[li
         return [], str(error)
 
 
-def _worker_threads(threads: int) -> None:
+def _init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
+    allocator.keep_freed_memory()  # as the ``dpbench`` command does in its own process
 
 
 def run_grid(grid: dict[str, Any], workers: int = 1) -> dict[str, int]:
@@ -91,7 +92,7 @@ def run_grid(grid: dict[str, Any], workers: int = 1) -> dict[str, int]:
         else:
             threads = max(1, (os.cpu_count() or 1) // workers)
             pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(
-                workers, initializer=_worker_threads, initargs=(threads,)))
+                workers, initializer=_init_worker, initargs=(threads,)))
             results = pool.imap(_run_cell, cells)
         for ((task, method, epsilon), seeds), (finished, refusal) in zip(cells, results):
             if refusal is not None:
