@@ -3,8 +3,9 @@
 A training step on the CPU allocates and frees the same large tensors every step: activations and their gradients,
 and for DP the per-example gradients and Gram matrices of the clipping. By default glibc's malloc returns the free
 top of its heap to the OS once it exceeds a threshold that grows with use, and serves blocks above a (growing)
-threshold from fresh ``mmap`` pages, so a step can page-fault its tens of megabytes in again. Measured on the
-5-layer CNN of ``benchmarks/step_time.py`` (2-core CPU): the non-private step 206 → 178 ms, DP-SGD 277 → 204 ms.
+threshold from fresh ``mmap`` pages, so a step can page-fault its tens of megabytes in again. On the 5-layer CNN
+of ``benchmarks/step_time.py`` (2-core CPU, side by side, BENCHMARKS.md): non-private 175 → 154 ms a step,
+DP-SGD 237 → 195 ms.
 PyTorch's CPU performance guide recommends swapping in jemalloc or tcmalloc for the same reason; two ``mallopt``
 settings get this without a preloaded library: blocks up to 32 MiB (glibc's largest mmap threshold) come from the
 heap, and the heap is not trimmed. Peak memory is unchanged (the heap's high-water mark); the process keeps it

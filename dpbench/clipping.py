@@ -3,8 +3,8 @@
 ``clipped_sum(task, x, y, max_norm, transform, scale, into)`` returns scale · Σ_i t(g_i) · min(1, C/‖t(g_i)‖) over
 the batch (one tensor per trainable parameter; the engine passes scale = 1/B), added in place into ``into`` when
 given (the engine passes the release's noise), and the per-example norms ‖t(g_i)‖, where t is the method's
-per-example transform (identity for most methods). Methods never call this. A faster implementation (ghost norms, book-keeping) replaces :class:`VmapClipper` without
-touching any method.
+per-example transform (identity for most methods). Methods never call this. A faster implementation (ghost
+norms, book-keeping) replaces :class:`VmapClipper` without touching any method.
 """
 from __future__ import annotations
 

@@ -99,9 +99,8 @@ class _Linear:
             sq_norms = torch.addcmul(g_sq, g_sq, a_sq) if with_bias else g_sq * a_sq
 
         def clipped(factors, into):
-            weighted = g * factors[:, None]
             if weight.requires_grad:
-                into[weight].addmm_(weighted.T, a)
+                into[weight].addmm_((g * factors[:, None]).T, a)
             if with_bias:
                 into[bias].addmv_(g.T, factors)
 
