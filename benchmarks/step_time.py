@@ -27,9 +27,10 @@ from dpbench.allocator import keep_freed_memory
 
 MODELS = ("logreg", "mlp", "cnn", "transformer")
 VARIANTS = ("nonprivate", "dpbench", "opacus_hooks", "opacus_ghost")
-#: dpbench_no_noise: dpbench's step with σ = 0 (no Gaussian draw); gaussian_draw: the draw alone, as many numbers
-#: as the model has parameters from PyTorch's CPU sampler, the floor under any DP-SGD step with that sampler.
-EXTRA_VARIANTS = ("dpbench_no_noise", "gaussian_draw")
+#: dpbench_no_noise: dpbench's step with σ = 0 (no Gaussian draw); dpbench_torch_noise: dpbench's step with
+#: PyTorch's sampler (``--noise torch``); gaussian_draw / torch_randn: the draw alone, one number per parameter,
+#: from dpbench's sampler (dpbench/noise.py) / PyTorch's, the floor under a DP-SGD step that uses it.
+EXTRA_VARIANTS = ("dpbench_no_noise", "dpbench_torch_noise", "gaussian_draw", "torch_randn")
 
 
 class SelfAttentionBlock(nn.Module):
@@ -77,10 +78,12 @@ def step_function(model: str, variant: str):
     torch.manual_seed(0)
     net, x, y, classes = build(model)
     lr, clip, sigma = 0.1, 1.0, 1.0
-    if variant == "gaussian_draw":
-        generator, size = torch.Generator().manual_seed(0), sum(p.numel() for p in net.parameters())
-        return lambda: torch.randn(size, generator=generator)
-    if variant in ("nonprivate", "dpbench", "dpbench_no_noise"):
+    if variant in ("gaussian_draw", "torch_randn"):
+        from dpbench.noise import GaussianNoise
+
+        sampler = GaussianNoise(0, sampler="fast" if variant == "gaussian_draw" else "torch")
+        return lambda: [sampler.fill_(torch.empty_like(p), sigma * clip / len(x)) for p in net.parameters()]
+    if variant in ("nonprivate", "dpbench", "dpbench_no_noise", "dpbench_torch_noise"):
         from dpbench.engine import PrivateTraining
         from dpbench.methods.dpsgd import DPSGD
         from dpbench.methods.nonprivate import NonPrivate
@@ -94,7 +97,9 @@ def step_function(model: str, variant: str):
         method = NonPrivate if variant == "nonprivate" else DPSGD
         hp = {"lr": lr, "momentum": 0.0, "weight_decay": 0.0, "clip": clip, "optimizer": "sgd", "beta1": 0.9,
               "beta2": 0.999}
-        module = PrivateTraining(task, method, hp, sigma if variant == "dpbench" else 0.0, len(x), seed=0)
+        noisy = variant in ("dpbench", "dpbench_torch_noise")
+        module = PrivateTraining(task, method, hp, sigma if noisy else 0.0, len(x), seed=0,
+                                 noise="torch" if variant == "dpbench_torch_noise" else "fast")
         module.on_fit_start()
         return lambda: module.training_step([(x, y)], 0)
 

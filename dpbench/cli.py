@@ -56,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--accelerator", default="cpu", help="Lightning accelerator: cpu, gpu, auto, ...")
     run.add_argument("--clipping", choices=engine.CLIPPING, default="fast",
                      help="per-example clipping: fast (ghost norms, dpbench/ghost.py) or reference (torch.func.vmap)")
+    run.add_argument("--noise", choices=engine.NOISE, default="fast",
+                     help="Gaussian sampler: fast (Philox on the CPU, dpbench/noise.py) or torch (PyTorch's normal_, "
+                          "as runs made before dpbench had its own)")
     run.add_argument("--checkpoint-dir", help="save Lightning checkpoints (last epoch) here")
     run.add_argument("--plugins", action="append", default=[], metavar="DIR",
                      help="folder of extra method/task files (also: DPBENCH_PLUGINS)")
@@ -151,7 +154,8 @@ def _summary(record: dict[str, Any]) -> str:
         lines.append(f"  privacy: ε = {record['epsilon']:.4g} spent (target {record['epsilon_target']}), "
                      f"δ = {record['delta']:.3g}, σ = {record['noise_multiplier']:.4g}, q = {record['sample_rate']:.4g}, "
                      f"{record['gradient_evaluations']} noisy gradients, {record['sampler']} sampling, "
-                     f"{record['accountant']} accountant, {record.get('clipping')} clipping")
+                     f"{record['accountant']} accountant, {record.get('clipping')} clipping, "
+                     f"noise from {record.get('noise')}")
     else:
         lines.append("  privacy: none (non-private baseline)")
     metrics = ", ".join(f"{k} = {v:.4f}" for k, v in record["metrics"].items())
@@ -224,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                 method=args.method, task=args.task, epsilon=args.epsilon, noise_multiplier=args.noise_multiplier,
                 delta=args.delta, seed=args.seed, overrides=overrides, profile=args.profile, sampler=args.sampler,
                 accountant=args.accountant, force_delta=args.force_delta, accelerator=args.accelerator,
-                clipping=args.clipping, checkpoint_dir=args.checkpoint_dir, plugins=args.plugins,
+                clipping=args.clipping, noise=args.noise, checkpoint_dir=args.checkpoint_dir, plugins=args.plugins,
                 wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, no_wandb=args.no_wandb)
             record = engine.run(spec)
             print(json.dumps(record) if args.json else _summary(record))

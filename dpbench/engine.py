@@ -24,6 +24,7 @@ from dpbench import records, registry, store, tracking
 from dpbench.clipping import PerExampleClipper, Transform, VmapClipper
 from dpbench.ghost import make_clipper
 from dpbench.method import GradientMechanism, Method, ReleaseMethod
+from dpbench.noise import SAMPLERS as NOISE, GaussianNoise
 from dpbench.privacy import ACCOUNTANTS, SAMPLERS, GaussianReleases, calibrate_noise_multiplier
 from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
 from dpbench.task import Task, TaskData
@@ -53,6 +54,7 @@ class RunSpec:
     force_delta: bool = False
     accelerator: str = "cpu"
     clipping: str = "fast"  # per-example clipping: "fast" (dpbench.ghost) or "reference" (torch.func.vmap)
+    noise: str = "fast"  # Gaussian sampler: "fast" (dpbench.noise: Philox on the CPU) or "torch" (PyTorch's normal_)
     checkpoint_dir: str | None = None
     plugins: list[str] = field(default_factory=list)
     progress_bar: bool = True
@@ -147,10 +149,12 @@ class PrivateTraining(pl.LightningModule):
 
     def __init__(self, task: Task, method: type[Method], hp: dict[str, Any], noise_multiplier: float,
                  expected_batch_size: float, seed: int, clipper: PerExampleClipper | None = None,
-                 steps_per_epoch: int | None = None, epsilon_so_far: Callable[[int], float] | None = None):
+                 steps_per_epoch: int | None = None, epsilon_so_far: Callable[[int], float] | None = None,
+                 noise: str = "fast"):
         super().__init__()
         self.task, self.method_class, self.hp = task, method, hp
         self.noise_multiplier, self.expected_batch_size, self.seed = noise_multiplier, expected_batch_size, seed
+        self.noise_sampler = noise
         self.mechanism = GradientMechanism(noise_multiplier, hp.get("clip", math.inf), expected_batch_size,
                                            steps_per_epoch)
         try:
@@ -177,7 +181,7 @@ class PrivateTraining(pl.LightningModule):
         return None
 
     def on_fit_start(self):
-        self.noise = torch.Generator(device=self.device).manual_seed(self.seed)
+        self.noise = GaussianNoise(self.seed, self.device, self.noise_sampler)
 
     def on_train_epoch_start(self):
         # Lightning (2.x) does not set the epoch of a DataLoader's batch sampler; without this every epoch would
@@ -195,13 +199,13 @@ class PrivateTraining(pl.LightningModule):
         return noisy
 
     def draw_noise(self, like: list[torch.Tensor]) -> list[torch.Tensor]:
-        """N(0, (σC/B)²I) shaped like each of ``like``: a release's noise, into which the clipped sum divided by B
-        is then added, giving (Σ_i clip_C(t(g_i)) + N(0, σ²C²I)) / B. Zeros for σ = 0 (only in tests: such a
-        run reports ε = inf)."""
+        """N(0, (σC/B)²I) shaped like each of ``like``, from the run's noise stream (:mod:`dpbench.noise`): a
+        release's noise, into which the clipped sum divided by B is then added, giving
+        (Σ_i clip_C(t(g_i)) + N(0, σ²C²I)) / B. Zeros for σ = 0 (only in tests: such a run reports ε = inf)."""
         std = self.mechanism.mean_noise_std
         if std == 0:
             return [torch.zeros_like(t) for t in like]
-        return [torch.empty_like(t).normal_(0.0, std, generator=self.noise) for t in like]
+        return [self.noise.fill_(torch.empty_like(t), std) for t in like]
 
     def training_step(self, batches, batch_index):
         if self.method_class.private:
@@ -285,7 +289,8 @@ class PlannedRun:
         clipper = VmapClipper() if self.spec.clipping == "reference" and self.method.private else None
         return PrivateTraining(self.task, self.method, self.hp, self.record["noise_multiplier"],
                                self.record["sample_rate"] * self.data.n_train, self.spec.seed, clipper=clipper,
-                               steps_per_epoch=self.steps_per_epoch, epsilon_so_far=epsilon_so_far)
+                               steps_per_epoch=self.steps_per_epoch, epsilon_so_far=epsilon_so_far,
+                               noise=self.spec.noise)
 
 
 def registered(method: str, task: str, plugins: list[str]) -> tuple[type[Method], type[Task]]:
@@ -313,6 +318,8 @@ def plan(spec: RunSpec) -> PlannedRun:
     _check_budget(spec, method)
     if spec.clipping not in CLIPPING:
         raise UsageError(f"unknown clipping {spec.clipping!r}; choose one of {', '.join(CLIPPING)}")
+    if spec.noise not in NOISE:
+        raise UsageError(f"unknown noise sampler {spec.noise!r}; choose one of {', '.join(NOISE)}")
     sampler_name = spec.sampler or method.default_sampler
     if sampler_name not in SAMPLERS:
         raise UsageError(f"unknown sampler {sampler_name!r}; choose one of {', '.join(SAMPLERS)}")
@@ -405,6 +412,7 @@ def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, w
         "gradient_evaluations": module.releases,
         "train_seconds": train_seconds,
         "clipping": record.get("clipping") or (module.clipper.name if module.clipper is not None else None),
+        "noise": module.noise.name if planned.method.private else None,
         "metrics": dict(module.test_metrics),
         "wandb_run": wandb_run.path if wandb_run is not None else None,
     })

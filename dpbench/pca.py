@@ -32,6 +32,7 @@ def noisy_covariance(x: torch.Tensor, noise_multiplier: float,
     rows = x.to(torch.float64)
     rows = rows / rows.norm(dim=1, keepdim=True).clamp(min=torch.finfo(torch.float64).tiny)
     covariance = rows.T @ rows
+    covariance = (covariance + covariance.T) / 2  # BLAS need not return xᵀx exactly symmetric (MKL on AMD does not)
     if noise_multiplier == 0:
         return covariance
     dims = covariance.shape[0]

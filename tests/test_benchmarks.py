@@ -14,11 +14,11 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "step_time.py"
 
 def test_step_time_reports_every_variant_against_the_non_private_step(tmp_path):
     out = tmp_path / "step_time.json"
-    subprocess.run([sys.executable, str(SCRIPT), "--models", "logreg", "--variants", "dpbench", "gaussian_draw",
-                    "opacus_ghost", "--warmup", "1", "--repeats", "3", "--json", str(out)], check=True,
+    subprocess.run([sys.executable, str(SCRIPT), "--models", "logreg", "--variants", "dpbench", "dpbench_torch_noise",
+                    "gaussian_draw", "torch_randn", "opacus_ghost", "--warmup", "1", "--repeats", "3", "--json", str(out)], check=True,
                    capture_output=True)
     rows = {row["variant"]: row for row in json.loads(out.read_text())["rows"]}
-    assert set(rows) == {"nonprivate", "dpbench", "gaussian_draw", "opacus_ghost"}
+    assert set(rows) == {"nonprivate", "dpbench", "dpbench_torch_noise", "gaussian_draw", "torch_randn", "opacus_ghost"}
     assert rows["nonprivate"]["time_ratio"] == 1.0 and rows["nonprivate"]["memory_ratio"] == 1.0
     for row in rows.values():
         assert row["median_seconds"] > 0 and row["time_ratio"] > 0 and row["peak_rss_mb"] > 0
