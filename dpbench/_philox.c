@@ -21,7 +21,8 @@
 
 #define GROUP 64 /* Philox blocks per pass of the loops; the output does not depend on it */
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) \
+    && !defined(DPBENCH_ONE_TARGET) /* benchmarks/noise_time.py builds one instruction set at a time */
 /* One copy of fill() per instruction set, chosen when the module loads (GCC's function multi-versioning). */
 #define FILL_TARGETS __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #define INLINE static inline __attribute__((always_inline))

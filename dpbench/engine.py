@@ -24,7 +24,7 @@ from dpbench import records, registry, store, tracking
 from dpbench.clipping import PerExampleClipper, Transform, VmapClipper
 from dpbench.ghost import make_clipper
 from dpbench.method import GradientMechanism, Method, ReleaseMethod
-from dpbench.noise import SAMPLERS as NOISE, GaussianNoise
+from dpbench.noise import GAUSSIAN_SAMPLERS as NOISE, GaussianNoise
 from dpbench.privacy import ACCOUNTANTS, SAMPLERS, GaussianReleases, calibrate_noise_multiplier
 from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
 from dpbench.task import Task, TaskData

@@ -27,7 +27,7 @@ except ImportError:  # built without a C compiler
     fill_normal = None
 
 #: ``fast``: dpbench's sampler on the CPU, PyTorch's elsewhere; ``torch``: PyTorch's everywhere.
-SAMPLERS = ("fast", "torch")
+GAUSSIAN_SAMPLERS = ("fast", "torch")
 PHILOX = "philox4x32-10 + box-muller, float32 (dpbench._philox)"
 KEYS = 2**64
 

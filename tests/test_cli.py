@@ -105,6 +105,16 @@ def test_entry_point_plugin(capsys, tmp_path, monkeypatch):
     assert "mine" in capsys.readouterr().out
 
 
+def test_the_record_names_its_noise_sampler(capsys):
+    args = ("--method", "dpsgd", "--task", "breast_cancer", "--epsilon", "2", "--epochs", "2")
+    fast, pytorch = run_json(capsys, *args), run_json(capsys, *args, "--noise", "torch")
+    assert fast["noise"] == "philox4x32-10 + box-muller, float32 (dpbench._philox)"
+    assert pytorch["noise"] == "torch normal_ (cpu)"
+    assert fast["metrics"]["test_loss"] != pytorch["metrics"]["test_loss"]  # other draws, the same mechanism
+    assert fast["epsilon"] == pytorch["epsilon"] and fast["noise_multiplier"] == pytorch["noise_multiplier"]
+    assert run_json(capsys, "--method", "nonprivate", "--task", "breast_cancer", "--epochs", "1")["noise"] is None
+
+
 @pytest.mark.parametrize("args, message", [
     (["--method", "nope", "--task", "digits"], "unknown method 'nope'; available: "),
     (["--method", "dpsgd", "--task", "nope"], "unknown task 'nope'; available: "),

@@ -14,12 +14,12 @@ METHODS = registry.methods([])
 TASKS = registry.tasks([])
 
 
-def module_for(method, sigma, expected_batch_size, **overrides):
+def module_for(method, sigma, expected_batch_size, noise="fast", **overrides):
     pl.seed_everything(0, verbose=False)
     task = TASKS["digits"]()
     data = task.prepare()
     hp, _ = resolve_hyperparameters(METHODS[method], TASKS["digits"], overrides)
-    module = PrivateTraining(task, METHODS[method], hp, sigma, expected_batch_size, seed=0)
+    module = PrivateTraining(task, METHODS[method], hp, sigma, expected_batch_size, seed=0, noise=noise)
     module.on_fit_start()
     return module, IndexedTensors(data.x_train, data.y_train)
 
@@ -77,6 +77,19 @@ def test_release_is_the_noise_plus_the_clipped_sum_over_expected_batch_size():
     for r, n, c in zip(released, noise, clipped):
         torch.testing.assert_close(r, n + c / expected)
     assert torch.cat([n.flatten() for n in noise]).std().item() == pytest.approx(sigma * clip / expected, rel=0.1)
+
+
+def test_noise_torch_draws_what_runs_drew_before_dpbench_had_its_own_sampler():
+    """One ``normal_`` per parameter from a generator seeded with the run seed, as ``draw_noise`` did until e8bbaaa."""
+    module, _ = module_for("dpsgd", 2.0, 40.0, noise="torch", clip=0.5)
+    generator = torch.Generator().manual_seed(0)
+    for drawn, param in zip(module.draw_noise(module.params()), module.params()):
+        assert torch.equal(drawn, torch.empty_like(param).normal_(0.0, 2.0 * 0.5 / 40.0, generator=generator))
+
+
+def test_unknown_noise_sampler_is_refused():
+    with pytest.raises(UsageError, match="unknown noise sampler 'bogus'; choose one of fast, torch"):
+        run(RunSpec(method="dpsgd", task="digits", noise="bogus"))
 
 
 class Greedy(Method):

@@ -4,7 +4,10 @@
 its Philox bits are checked against Random123's known answers and randomgen's implementation, and the compiled
 sampler against it bit for bit.
 """
+import importlib.util
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +17,7 @@ from scipy import stats
 from dpbench import noise
 from dpbench.noise import GaussianNoise
 
+REPO = Path(__file__).resolve().parents[1]
 fill_normal = noise.fill_normal
 F = np.float32
 
@@ -160,6 +164,22 @@ def test_distribution_is_standard_normal():
     assert abs(np.corrcoef((pairs**2).T)[0, 1]) < 5 / math.sqrt(n / 2)  # independent, not just uncorrelated
     assert stats.kurtosis(out) == pytest.approx(0.0, abs=0.02)
     assert np.abs(out).max() <= math.sqrt(64 * math.log(2)) * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("level", ["x86-64", "x86-64-v3", "x86-64-v4"])
+def test_every_instruction_set_gives_the_same_numbers(level, tmp_path):
+    """The installed module runs the copy its CPU supports; each copy, built alone, gives the specified bits."""
+    if sys.version_info < (3, 11):
+        pytest.skip("benchmarks/noise_time.py reads pyproject.toml with tomllib (Python 3.11)")
+    spec = importlib.util.spec_from_file_location("noise_time", REPO / "benchmarks" / "noise_time.py")
+    noise_time = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(noise_time)
+    if not noise_time.supported(level):
+        pytest.skip(f"this CPU cannot run {level} code")
+    built = noise_time.build(level, tmp_path)
+    out = np.empty(4099, dtype=F)
+    built.fill_normal(out, 2**63 + 12345, 2**32 - 7, 0.5)
+    assert np.array_equal(out.view(np.uint32), stream(2**63 + 12345, 2**32 - 7, 4099, 0.5).view(np.uint32))
 
 
 def test_a_stream_continues_where_the_last_draw_ended():

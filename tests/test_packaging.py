@@ -1,4 +1,4 @@
-"""A plain (non-editable) install carries the built-in methods and tasks."""
+"""A plain (non-editable) install carries the built-in methods and tasks, and the compiled noise sampler."""
 import subprocess
 import sys
 import zipfile
@@ -16,3 +16,4 @@ def test_wheel_contains_builtin_methods_and_tasks(tmp_path):
         files = {f"{package}/{path.name}" for path in (REPO / folder).glob("*.py")}
         assert files and files <= names, files - names
     assert any(name.endswith("entry_points.txt") and "dist-info" in name for name in names)
+    assert any(name.startswith("dpbench/_philox.") and name.endswith((".so", ".pyd")) for name in names)
