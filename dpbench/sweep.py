@@ -3,7 +3,8 @@
 A grid is a JSON file ``{"tasks": [...], "methods": [...], "epsilons": [...], "seeds": N}``; non-private methods
 run once per seed, not once per ε. Runs execute in this process (or in ``--workers`` processes), each as
 ``dpbench run`` would (default hyperparameters, default δ, sampler and accountant); the seeds of a cell train as
-one batched computation where :mod:`dpbench.multiseed` applies, with the same results as separate runs. A
+one batched computation where :mod:`dpbench.multiseed` applies, with the same results as separate runs. The
+full-data methods, the grid's longest jobs, start first (:func:`jobs`), so that the workers end together. A
 (task, method) pair the engine refuses (e.g. ``norm_bound`` on a task without a gradient bound) is reported and
 skipped.
 """
@@ -23,6 +24,9 @@ import torch
 
 from dpbench import allocator, engine, multiseed, registry, store
 from dpbench.engine import RunSpec, UsageError
+from dpbench.method import ReleaseMethod
+
+Cell = tuple[tuple[str, str, float | None], list[int]]  # ((task, method, ε), seeds)
 
 
 def _done(records: list[dict[str, Any]]) -> set[tuple]:
@@ -50,18 +54,36 @@ def _pending_groups(runs, done):
     return groups
 
 
-def _run_cell(cell: tuple[tuple[str, str, float | None], list[int]]) -> tuple[list[dict[str, Any]], str | None]:
+def jobs(cells: list[Cell], methods: dict[str, type]) -> list[Cell]:
+    """The pending cells as units of work, full-data methods first: output and objective perturbation (never
+    batched) one seed per job, then the cells of full-batch gradient methods, then the rest, each group in plan
+    order. Full-data methods are the longest jobs on the largest tasks; started last, they would leave one worker
+    running alone (kddcup99's AMP did, for minutes)."""
+    def rank(job: Cell) -> int:
+        method = methods[job[0][1]]
+        return 0 if issubclass(method, ReleaseMethod) else 1 if method.full_batch else 2
+
+    split: list[Cell] = []
+    for key, seeds in cells:
+        if issubclass(methods[key[1]], ReleaseMethod):
+            split += [(key, [seed]) for seed in seeds]
+        else:
+            split.append((key, seeds))
+    return sorted(split, key=rank)
+
+
+def _run_cell(cell: Cell) -> tuple[Cell, list[dict[str, Any]], str | None]:
     """Train one (task, method, ε) cell's seeds, as one batched run where :mod:`dpbench.multiseed` applies (linear
-    models, plain private methods), else one after the other; returns (records, the refusal if refused)."""
+    models, plain private methods), else one after the other; returns (the cell, records, the refusal if refused)."""
     (task, method, epsilon), seeds = cell
     spec = RunSpec(method=method, task=task, epsilon=epsilon, progress_bar=False)
     try:
         try:
-            return multiseed.run_seeds(spec, seeds), None
+            return cell, multiseed.run_seeds(spec, seeds), None
         except multiseed.NotBatchable:
-            return [engine.run(replace(spec, seed=seed)) for seed in seeds], None
+            return cell, [engine.run(replace(spec, seed=seed)) for seed in seeds], None
     except UsageError as error:
-        return [], str(error)
+        return cell, [], str(error)
 
 
 def _init_worker(threads: int) -> None:
@@ -82,7 +104,7 @@ def run_grid(grid: dict[str, Any], workers: int = 1) -> dict[str, int]:
     if workers < 1:
         raise UsageError(f"workers must be at least 1, got {workers}")
     runs = planned_runs(grid)
-    cells = list(_pending_groups(runs, _done(store.load())).items())
+    cells = jobs(list(_pending_groups(runs, _done(store.load())).items()), known_methods)
     counts = {"ran": 0, "already stored": len(runs) - sum(len(seeds) for _, seeds in cells), "refused": 0}
     refused: set[tuple[str, str]] = set()
     started = time.perf_counter()
@@ -93,8 +115,8 @@ def run_grid(grid: dict[str, Any], workers: int = 1) -> dict[str, int]:
             threads = max(1, (os.cpu_count() or 1) // workers)
             pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(
                 workers, initializer=_init_worker, initargs=(threads,)))
-            results = pool.imap(_run_cell, cells)
-        for ((task, method, epsilon), seeds), (finished, refusal) in zip(cells, results):
+            results = pool.imap_unordered(_run_cell, cells)
+        for ((task, method, epsilon), seeds), finished, refusal in results:
             if refusal is not None:
                 if (task, method) not in refused:
                     print(f"sweep: {method} on {task} refused: {refusal}", file=sys.stderr)

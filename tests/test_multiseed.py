@@ -126,6 +126,16 @@ def test_sweep_batches_the_seeds_it_can_and_resumes(capsys):
     assert run_grid(grid) == {"ran": 0, "already stored": 6, "refused": 0}
 
 
+def test_sweep_starts_the_full_data_methods_and_splits_the_unbatched_ones_by_seed():
+    from dpbench.sweep import jobs
+
+    cells = [(("adult", "dpsgd", 1.0), [0, 1]), (("adult", "amp", 1.0), [0, 1]), (("adult", "dpgd", 1.0), [0, 1]),
+             (("digits", "output_perturbation", 2.0), [3])]
+    assert jobs(cells, METHODS) == [(("adult", "amp", 1.0), [0]), (("adult", "amp", 1.0), [1]),
+                                    (("digits", "output_perturbation", 2.0), [3]), (("adult", "dpgd", 1.0), [0, 1]),
+                                    (("adult", "dpsgd", 1.0), [0, 1])]
+
+
 def test_sweep_workers_give_the_records_of_one_process(isolated_home, monkeypatch):
     from dpbench.sweep import run_grid
 
