@@ -5,9 +5,10 @@
  * The stream, exactly (tests/test_noise.py transcribes it in NumPy and checks this file against it bit for bit):
  *   block j = counter + k, k = 0, 1, ...:
  *     (w0, w1, w2, w3) = Philox4x32-10(key = (key mod 2³², key div 2³²), ctr = (j mod 2³², j div 2³², 0, 0))
- *     out[4k] = std·R(w0)·cos Θ(w1),  out[4k + 1] = std·R(w0)·sin Θ(w1),
- *     out[4k + 2] = std·R(w2)·cos Θ(w3),  out[4k + 3] = std·R(w2)·sin Θ(w3),
- *   R(w) = √(−2 ln u) with u = (w + 1)/2³² ∈ (0, 1],   Θ(w) = 2π·w/2³² ∈ [0, 2π).
+ *     out[4k] = (R(w0)·std)·cos Θ(w1),  out[4k + 1] = (R(w0)·std)·sin Θ(w1),
+ *     out[4k + 2] = (R(w2)·std)·cos Θ(w3),  out[4k + 3] = (R(w2)·std)·sin Θ(w3),
+ *   R(w) = √(2·(−ln u)) with u = (w + 1)/2³² ∈ (0, 1],   Θ(w) = 2π·w/2³² ∈ [0, 2π),
+ *   std rounded to float32 (relative error ≤ 2⁻²⁴, as in PyTorch's float32 sampler).
  * ln, sin and cos are evaluated in float32 by the polynomials below (the coefficients of Cephes' logf, sinf and
  * cosf, S. L. Moshier), in the order written; the build turns off fused multiply-adds (-ffp-contract=off). Every
  * step is an IEEE float32 +, −, ×, √ or an exact conversion, so the numbers do not depend on the instruction set

@@ -49,37 +49,43 @@ def check_batchable(module: PrivateTraining) -> None:
 def _releases(modules: list[PrivateTraining], data: IndexedTensors, batches: list[torch.Tensor]):
     """Every seed's release for its own batch: clipped sum + its own noise, over its expected batch size.
 
-    The batches are concatenated (N rows, ``seed_of_row`` says whose); every row's logits come from one product
-    with all S seeds' weights, of which each row keeps its own seed's block, and each seed's clipped sum is one
-    product of the rows' clipped output gradients, spread into their seed's block, with the inputs.
+    Each (row, seed) pair whose row is in that seed's batch is one example of that seed. The batches are
+    concatenated, or, where every seed drew the same rows (full batches), taken once with every row paired with
+    every seed. The pairs' logits come from one product of the rows with all S seeds' weights, and each seed's
+    clipped sum is one product of the pairs' clipped output gradients, spread into their seed's block, with the rows.
     """
     seeds = len(modules)
-    sizes = torch.tensor([len(batch) for batch in batches])
-    seed_of_row = torch.repeat_interleave(torch.arange(seeds), sizes)
-    rows = torch.cat(batches)
-    x, y, own_row = data.x[rows], data.y[rows], torch.arange(len(rows))
+    if all(torch.equal(batch, batches[0]) for batch in batches[1:]):
+        rows = batches[0]
+        row_of_pair = torch.arange(len(rows)).repeat_interleave(seeds)
+        seed_of_pair = torch.arange(seeds).repeat(len(rows))
+    else:
+        rows = torch.cat(batches)
+        row_of_pair = torch.arange(len(rows))
+        seed_of_pair = torch.repeat_interleave(torch.arange(seeds), torch.tensor([len(batch) for batch in batches]))
+    x, y = data.x[rows], data.y[rows]
     layers = [module.task.model for module in modules]
     weight = torch.stack([layer.weight.detach() for layer in layers])  # (S, K, d)
     classes = weight.shape[1]
-    logits = (x @ weight.flatten(0, 1).T).view(len(rows), seeds, classes)[own_row, seed_of_row]
+    logits = (x @ weight.flatten(0, 1).T).view(len(rows), seeds, classes)[row_of_pair, seed_of_pair]
     if layers[0].bias is not None:
         bias = torch.stack([layer.bias.detach() for layer in layers])
-        logits = logits + bias[seed_of_row]
+        logits = logits + bias[seed_of_pair]
     logits.requires_grad_(True)
     task = modules[0].task
-    with torch.enable_grad():
-        output_grads, = torch.autograd.grad(task.per_example_loss(logits, y).sum(), logits)  # (N, K): ∂ℓ_i/∂z_i
+    with torch.enable_grad():  # ∂ℓ/∂z of every pair, (P, K)
+        output_grads, = torch.autograd.grad(task.per_example_loss(logits, y[row_of_pair]).sum(), logits)
     input_sq = x.square().sum(1) + (1.0 if layers[0].bias is not None else 0.0)
-    norms = (output_grads.square().sum(1) * input_sq).sqrt()
+    norms = (output_grads.square().sum(1) * input_sq[row_of_pair]).sqrt()
     clips = torch.tensor([module.hp["clip"] for module in modules], dtype=x.dtype)
     scales = torch.tensor([1 / module.expected_batch_size for module in modules], dtype=x.dtype)
-    factors = clip_factors(norms, clips[seed_of_row], scales[seed_of_row])  # each seed's sum divided by its B
+    factors = clip_factors(norms, clips[seed_of_pair], scales[seed_of_pair])  # each seed's sum divided by its B
     weighted = output_grads * factors.unsqueeze(1)
     spread = weighted.new_zeros((len(rows), seeds, classes))
-    spread[own_row, seed_of_row] = weighted
+    spread[row_of_pair, seed_of_pair] = weighted
     sums = [(spread.flatten(1).T @ x).view(seeds, classes, -1)]
     if layers[0].bias is not None:
-        sums.append(weighted.new_zeros((seeds, classes)).index_add_(0, seed_of_row, weighted))
+        sums.append(weighted.new_zeros((seeds, classes)).index_add_(0, seed_of_pair, weighted))
     releases = []
     for seed_index, module in enumerate(modules):
         noisy = module.draw_noise(module.params())

@@ -38,6 +38,7 @@ def train_alone(module, sampler, data, epochs):
     ("digits", "dpsgd", {"momentum": 0.9}),
     ("breast_cancer", "dpadam_bc", {}),
     ("digits", "norm_bound", {}),
+    ("breast_cancer", "dpgd", {"batch_size": 455}),  # q = 1: every seed's batch is the whole training set
 ])
 def test_batched_seeds_equal_separate_runs(task_name, method_name, overrides):
     seeds, epochs, sigma = [0, 1, 2], 2, 1.3
