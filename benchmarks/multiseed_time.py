@@ -2,10 +2,13 @@
 
     DPBENCH_MIRROR=../shared/data python benchmarks/multiseed_time.py --method dpsgd --task adult --seeds 10
 
-Both in this process, after a warm-up run (data and calibration caches), nothing stored; prints one JSON object.
+Both in this process, after a warm-up run of each (data and calibration caches), nothing stored, side by side:
+``--rounds`` rounds each time one seed alone, then the S seeds batched; the ratio is the median over rounds of
+(batched / one seed) of the same round, so that a slow spell of the machine falls on both. Prints one JSON object.
 """
 import argparse
 import json
+import statistics
 import time
 
 from dpbench import engine, multiseed
@@ -17,20 +20,27 @@ def main() -> None:
     parser.add_argument("--task", default="adult")
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
     spec = engine.RunSpec(method=args.method, task=args.task, epsilon=args.epsilon, progress_bar=False,
                           no_wandb=True, append_to_store=False)
+    seeds = list(range(args.seeds))
     engine.run(spec)
-    started = time.perf_counter()
-    alone = engine.run(spec)
-    one_seed = time.perf_counter() - started
-    started = time.perf_counter()
-    batched = multiseed.run_seeds(spec, list(range(args.seeds)))
-    all_seeds = time.perf_counter() - started
-    print(json.dumps({"method": args.method, "task": args.task, "seeds": args.seeds, "one_seed_s": one_seed,
-                      "batched_s": all_seeds, "ratio": all_seeds / one_seed,
+    multiseed.run_seeds(spec, seeds)
+    one_seed, batched = [], []
+    for _ in range(args.rounds):
+        started = time.perf_counter()
+        alone = engine.run(spec)
+        one_seed.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        together = multiseed.run_seeds(spec, seeds)
+        batched.append(time.perf_counter() - started)
+    ratios = [b / a for a, b in zip(one_seed, batched)]
+    print(json.dumps({"method": args.method, "task": args.task, "seeds": args.seeds, "rounds": args.rounds,
+                      "one_seed_s": statistics.median(one_seed), "batched_s": statistics.median(batched),
+                      "ratio": statistics.median(ratios), "ratios": ratios,
                       "seed0_accuracy_alone": alone["metrics"]["test_accuracy"],
-                      "seed0_accuracy_batched": batched[0]["metrics"]["test_accuracy"]}))
+                      "seed0_accuracy_batched": together[0]["metrics"]["test_accuracy"]}))
 
 
 if __name__ == "__main__":

@@ -199,13 +199,17 @@ class PrivateTraining(pl.LightningModule):
         return noisy
 
     def draw_noise(self, like: list[torch.Tensor]) -> list[torch.Tensor]:
-        """N(0, (σC/B)²I) shaped like each of ``like``, from the run's noise stream (:mod:`dpbench.noise`): a
-        release's noise, into which the clipped sum divided by B is then added, giving
-        (Σ_i clip_C(t(g_i)) + N(0, σ²C²I)) / B. Zeros for σ = 0 (only in tests: such a run reports ε = inf)."""
+        """:meth:`fill_noise` of new tensors shaped like each of ``like``."""
+        return self.fill_noise([torch.empty_like(t) for t in like])
+
+    def fill_noise(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Overwrite ``tensors`` with N(0, (σC/B)²I) from the run's noise stream (:mod:`dpbench.noise`): a release's
+        noise, into which the clipped sum divided by B is then added, giving (Σ_i clip_C(t(g_i)) + N(0, σ²C²I)) / B.
+        Zeros for σ = 0 (only in tests: such a run reports ε = inf)."""
         std = self.mechanism.mean_noise_std
         if std == 0:
-            return [torch.zeros_like(t) for t in like]
-        return [self.noise.fill_(torch.empty_like(t), std) for t in like]
+            return [t.zero_() for t in tensors]
+        return [self.noise.fill_(t, std) for t in tensors]
 
     def training_step(self, batches, batch_index):
         if self.method_class.private:

@@ -2,8 +2,8 @@
 
 Each seed keeps everything a separate run has: its own initialization, sampler, noise generator, method state
 and ledger (a :class:`~dpbench.engine.PrivateTraining` module per seed). Per step, the S batches are concatenated
-and every seed's per-example clipped sum comes from one forward pass, one backward pass to the logits and the
-closed form of a linear layer (‖∇ℓ_i‖² = ‖∂ℓ_i/∂z_i‖²(‖x_i‖² + 1)); each seed's noise is
+(or taken once where they are the same rows, as full batches are) and every seed's per-example clipped sum comes
+from one forward pass, one backward pass to the logits and the closed form of a linear layer (‖∇ℓ_i‖² = ‖∂ℓ_i/∂z_i‖²(‖x_i‖² + 1)); each seed's noise is
 drawn from its own generator in the order a separate run draws it. The S runs therefore equal S separate runs
 up to floating-point summation order (tested), without S Lightning loops and per-layer hooks.
 
@@ -46,13 +46,16 @@ def check_batchable(module: PrivateTraining) -> None:
         raise NotBatchable(f"{method.name}: per-example transforms are not batched")
 
 
-def _releases(modules: list[PrivateTraining], data: IndexedTensors, batches: list[torch.Tensor]):
+def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: torch.Tensor,
+              batches: list[torch.Tensor], clips: torch.Tensor, scales: torch.Tensor):
     """Every seed's release for its own batch: clipped sum + its own noise, over its expected batch size.
 
     Each (row, seed) pair whose row is in that seed's batch is one example of that seed. The batches are
     concatenated, or, where every seed drew the same rows (full batches), taken once with every row paired with
     every seed. The pairs' logits come from one product of the rows with all S seeds' weights, and each seed's
     clipped sum is one product of the pairs' clipped output gradients, spread into their seed's block, with the rows.
+    ``clips`` and ``scales`` are each seed's C and 1/B; ``input_sq`` is ‖x_i‖² (+ 1 with a bias) of every training
+    example. Every selection is a one-dimensional ``index_select``/``index_copy_``.
     """
     seeds = len(modules)
     if all(torch.equal(batch, batches[0]) for batch in batches[1:]):
@@ -63,41 +66,38 @@ def _releases(modules: list[PrivateTraining], data: IndexedTensors, batches: lis
         rows = torch.cat(batches)
         row_of_pair = torch.arange(len(rows))
         seed_of_pair = torch.repeat_interleave(torch.arange(seeds), torch.tensor([len(batch) for batch in batches]))
-    x, y = data.x[rows], data.y[rows]
+    entry_of_pair = row_of_pair * seeds + seed_of_pair  # the pair's place among the rows × seeds
+    example_of_pair = rows.index_select(0, row_of_pair)
+    x = data.x.index_select(0, rows)
     layers = [module.task.model for module in modules]
     weight = torch.stack([layer.weight.detach() for layer in layers])  # (S, K, d)
     classes = weight.shape[1]
-    logits = (x @ weight.flatten(0, 1).T).view(len(rows), seeds, classes)[row_of_pair, seed_of_pair]
+    logits = (x @ weight.flatten(0, 1).T).view(-1, classes).index_select(0, entry_of_pair)
     if layers[0].bias is not None:
-        bias = torch.stack([layer.bias.detach() for layer in layers])
-        logits = logits + bias[seed_of_pair]
+        logits = logits + torch.stack([layer.bias.detach() for layer in layers]).index_select(0, seed_of_pair)
     logits.requires_grad_(True)
     task = modules[0].task
     with torch.enable_grad():  # ∂ℓ/∂z of every pair, (P, K)
-        output_grads, = torch.autograd.grad(task.per_example_loss(logits, y[row_of_pair]).sum(), logits)
-    input_sq = x.square().sum(1) + (1.0 if layers[0].bias is not None else 0.0)
-    norms = (output_grads.square().sum(1) * input_sq[row_of_pair]).sqrt()
-    clips = torch.tensor([module.hp["clip"] for module in modules], dtype=x.dtype)
-    scales = torch.tensor([1 / module.expected_batch_size for module in modules], dtype=x.dtype)
-    factors = clip_factors(norms, clips[seed_of_pair], scales[seed_of_pair])  # each seed's sum divided by its B
+        losses = task.per_example_loss(logits, data.y.index_select(0, example_of_pair))
+        output_grads, = torch.autograd.grad(losses.sum(), logits)
+    norms = (output_grads.square().sum(1) * input_sq.index_select(0, example_of_pair)).sqrt()
+    # each seed's clip factors, its sum divided by its B
+    factors = clip_factors(norms, clips.index_select(0, seed_of_pair), scales.index_select(0, seed_of_pair))
     weighted = output_grads * factors.unsqueeze(1)
-    spread = weighted.new_zeros((len(rows), seeds, classes))
-    spread[row_of_pair, seed_of_pair] = weighted
-    sums = [(spread.flatten(1).T @ x).view(seeds, classes, -1)]
+    spread = weighted.new_zeros((len(rows) * seeds, classes)).index_copy_(0, entry_of_pair, weighted)
+    sums = [(spread.view(len(rows), seeds * classes).T @ x).view(seeds, classes, -1)]
     if layers[0].bias is not None:
         sums.append(weighted.new_zeros((seeds, classes)).index_add_(0, seed_of_pair, weighted))
-    releases = []
+    noisy = [torch.empty_like(total) for total in sums]  # every seed's noise, drawn from its own stream
     for seed_index, module in enumerate(modules):
-        noisy = module.draw_noise(module.params())
-        for noise, total in zip(noisy, sums):
-            noise.add_(total[seed_index])
-        releases.append(noisy)
-    return releases
+        module.fill_noise([noise[seed_index] for noise in noisy])
+    for noise, total in zip(noisy, sums):
+        noise.add_(total)
+    return [[noise[seed_index] for noise in noisy] for seed_index in range(seeds)]
 
 
-def _release_once(module: PrivateTraining, gradients: list[torch.Tensor]):
+def _release_once(module: PrivateTraining, params: list[torch.Tensor], gradients: list[torch.Tensor]):
     """The release callable for one step: the precomputed gradients, if the parameters have not moved."""
-    params = module.params()
     versions = [p._version for p in params]
     calls = []
 
@@ -117,6 +117,10 @@ def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, 
     for module in modules:
         check_batchable(module)
         module.on_fit_start()
+    params = [module.params() for module in modules]  # one nn.Linear each, trainable throughout
+    clips = torch.tensor([module.hp["clip"] for module in modules], dtype=data.x.dtype)
+    scales = torch.tensor([1 / module.expected_batch_size for module in modules], dtype=data.x.dtype)
+    input_sq = data.x.square().sum(1) + (1.0 if modules[0].task.model.bias is not None else 0.0)
     for epoch in range(epochs):
         for sampler in samplers:
             sampler.set_epoch(epoch)
@@ -124,8 +128,9 @@ def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, 
             batches = [batches_of_seed[0] for batches_of_seed in step_batches]
             for module in modules:
                 module.releases += 1
-            for module, gradients in zip(modules, _releases(modules, data, batches)):
-                module.method.step(_release_once(module, gradients))
+            releases = _releases(modules, data, input_sq, batches, clips, scales)
+            for module, own_params, gradients in zip(modules, params, releases):
+                module.method.step(_release_once(module, own_params, gradients))
                 module.steps += 1
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime
+import functools
 import importlib.metadata
 import platform
 import subprocess
@@ -12,6 +13,7 @@ from dpbench import store
 from dpbench.task import TaskData
 
 
+@functools.cache  # once per process, like the following: a process runs the code it loaded
 def versions() -> dict[str, str]:
     names = ["dpbench", "torch", "pytorch-lightning", "dp-accounting", "numpy", "scikit-learn", "pandas", "scipy"]
     found = {"python": platform.python_version()}
@@ -23,6 +25,7 @@ def versions() -> dict[str, str]:
     return found
 
 
+@functools.cache
 def git_commit() -> str | None:
     """Commit of the dpbench source tree, with ``+dirty`` if tracked files differ from it; None outside git."""
     source = Path(__file__).resolve().parent

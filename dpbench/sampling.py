@@ -16,30 +16,51 @@ def _generator(seed: int, epoch: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + epoch)
 
 
-def poisson_batch(n: int, sample_rate: float, generator: torch.Generator) -> torch.Tensor:
-    """The sorted indices of the examples that join one Poisson batch: each of ``n`` independently with
-    probability q.
+def _chunk(n: int, sample_rate: float) -> int:
+    """Gaps drawn at a time for one batch: enough to pass n but in about one draw in 10⁹ (mean + 6 sd + 16)."""
+    expected = n * sample_rate
+    return int(expected + 6 * math.sqrt(expected) + 16)
 
-    Drawn as the gaps between successive members, which are i.i.d. Geometric(q) on {1, 2, ...}:
+
+def poisson_batches(n: int, sample_rate: float, count: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """``count`` Poisson batches, each the sorted indices of the examples that join it: each of ``n``
+    independently with probability q.
+
+    A batch is drawn as the gaps between successive members, which are i.i.d. Geometric(q) on {1, 2, ...}:
     G = ⌊log V / log(1 − q)⌋ + 1 with V uniform on (0, 1] has P(G ≥ k) = (1 − q)^(k−1). This is the same
     distribution as n Bernoulli(q) coins at O(qn) work instead of O(n): at q = 0.007, n = 36,000 (adult) the coins
-    were most of a batched training step.
+    were most of a batched training step. Each batch takes chunks of gaps until they pass n; the uniforms of one
+    chunk per batch are drawn and transformed at once, and a batch that needs more takes the next chunk of the
+    same stream, so the batches are those of ``count`` batches drawn one after the other.
     """
     if sample_rate >= 1:
-        return torch.arange(n)
+        return [torch.arange(n) for _ in range(count)]
     if sample_rate <= 0:
-        return torch.arange(0)
-    log_keep = math.log1p(-sample_rate)
-    expected = n * sample_rate
-    chunk = int(expected + 6 * math.sqrt(expected) + 16)  # one chunk of gaps nearly always reaches past n
-    members, last = [], -1
-    while last < n:
-        gaps = torch.floor(torch.log1p(-torch.rand(chunk, generator=generator, dtype=torch.float64)) / log_keep)
-        positions = last + torch.cumsum(gaps.long() + 1, 0)
-        members.append(positions)
-        last = int(positions[-1])
-    batch = torch.cat(members)
-    return batch[: int(torch.searchsorted(batch, n))]
+        return [torch.arange(0) for _ in range(count)]
+    log_keep, chunk = math.log1p(-sample_rate), _chunk(n, sample_rate)
+
+    def draw_steps(chunks: int) -> torch.Tensor:  # G for `chunks` chunks of the stream, in order
+        uniforms = torch.rand(chunks * chunk, generator=generator, dtype=torch.float64)
+        return uniforms.neg_().log1p_().div_(log_keep).floor_().long().add_(1)
+
+    steps, offset, batches = draw_steps(count), 0, []
+    for _ in range(count):
+        members, last = [], -1
+        while last < n:
+            if offset == len(steps):  # earlier batches took extra chunks: draw on
+                steps, offset = draw_steps(1), 0
+            positions = steps[offset:offset + chunk].cumsum(0).add_(last)
+            offset += chunk
+            members.append(positions)
+            last = int(positions[-1])
+        batch = torch.cat(members)
+        batches.append(batch[: int(torch.searchsorted(batch, n))])
+    return batches
+
+
+def poisson_batch(n: int, sample_rate: float, generator: torch.Generator) -> torch.Tensor:
+    """One :func:`poisson_batches` batch."""
+    return poisson_batches(n, sample_rate, 1, generator)[0]
 
 
 class PoissonSampler(Sampler):
@@ -56,9 +77,11 @@ class PoissonSampler(Sampler):
         return self.steps_per_epoch
 
     def __iter__(self):
-        generator = _generator(self.seed, self.epoch)
-        for _ in range(self.steps_per_epoch):
-            yield [poisson_batch(self.n, self.sample_rate, generator) for _ in range(self.releases_per_step)]
+        per_step = self.releases_per_step
+        batches = poisson_batches(self.n, self.sample_rate, self.steps_per_epoch * per_step,
+                                  _generator(self.seed, self.epoch))
+        for step in range(self.steps_per_epoch):
+            yield batches[step * per_step:(step + 1) * per_step]
 
 
 class ShuffleSampler(Sampler):

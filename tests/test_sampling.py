@@ -1,8 +1,11 @@
+import math
+
 import pytest
 import torch
 from scipy import stats
 
-from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler, poisson_batch
+from dpbench import sampling
+from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler, poisson_batch, poisson_batches
 
 
 @pytest.mark.parametrize("n, q", [(6, 0.3), (5, 0.8), (7, 0.05)])
@@ -20,6 +23,33 @@ def test_poisson_batch_draws_every_subset_with_its_bernoulli_probability(n, q):
     statistic = float(((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum())
     assert stats.chi2.sf(statistic, int(keep.sum()) - 1) > 1e-4
     assert counts[~keep].sum() <= 5 * max(1.0, float(expected[~keep].sum())) + 5
+
+
+def one_after_another(n, q, count, generator, chunk):
+    """Batches drawn one at a time, each drawing its chunks of uniforms as it needs them (the code until 7537aed)."""
+    log_keep, batches = math.log1p(-q), []
+    for _ in range(count):
+        members, last = [], -1
+        while last < n:
+            gaps = torch.floor(torch.log1p(-torch.rand(chunk, generator=generator, dtype=torch.float64)) / log_keep)
+            positions = last + torch.cumsum(gaps.long() + 1, 0)
+            members.append(positions)
+            last = int(positions[-1])
+        batch = torch.cat(members)
+        batches.append(batch[: int(torch.searchsorted(batch, n))])
+    return batches
+
+
+@pytest.mark.parametrize("n, q, count, chunk", [
+    (36177, 0.007, 141, None), (1437, 0.178, 30, None),  # adult's and digits' epochs
+    (50, 0.3, 40, 2), (10, 0.9, 30, 3),  # chunks so short that most batches take several
+])
+def test_batches_drawn_together_are_the_batches_drawn_one_after_another(n, q, count, chunk, monkeypatch):
+    if chunk is not None:
+        monkeypatch.setattr(sampling, "_chunk", lambda n, q: chunk)
+    together = poisson_batches(n, q, count, torch.Generator().manual_seed(5))
+    alone = one_after_another(n, q, count, torch.Generator().manual_seed(5), sampling._chunk(n, q))
+    assert len(together) == count and all(torch.equal(a, b) for a, b in zip(together, alone))
 
 
 def test_poisson_batch_covers_the_whole_range_at_high_rates():
