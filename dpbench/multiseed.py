@@ -3,8 +3,9 @@
 Each seed keeps everything a separate run has: its own initialization, sampler, noise generator, method state
 and ledger (a :class:`~dpbench.engine.PrivateTraining` module per seed). Per step, the S batches are concatenated
 (or taken once where they are the same rows, as full batches are) and every seed's per-example clipped sum comes
-from one forward pass, one backward pass to the logits and the closed form of a linear layer (‖∇ℓ_i‖² = ‖∂ℓ_i/∂z_i‖²(‖x_i‖² + 1)); each seed's noise is
-drawn from its own generator in the order a separate run draws it. The S runs therefore equal S separate runs
+from one forward pass, one backward pass to the logits and the closed form of a linear layer
+(‖∇ℓ_i‖² = ‖∂ℓ_i/∂z_i‖²(‖x_i‖² + 1)); each seed's noise is drawn from its own generator in the order a separate
+run draws it. The S runs therefore equal S separate runs
 up to floating-point summation order (tested), without S Lightning loops and per-layer hooks.
 
 Only for what this closed form covers: a task whose model is one ``nn.Linear`` (no augmentation), a

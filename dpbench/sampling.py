@@ -39,17 +39,17 @@ def poisson_batches(n: int, sample_rate: float, count: int, generator: torch.Gen
         return [torch.arange(0) for _ in range(count)]
     log_keep, chunk = math.log1p(-sample_rate), _chunk(n, sample_rate)
 
-    def draw_steps(chunks: int) -> torch.Tensor:  # G for `chunks` chunks of the stream, in order
+    def draw_gaps(chunks: int) -> torch.Tensor:  # G for `chunks` chunks of the stream, in order
         uniforms = torch.rand(chunks * chunk, generator=generator, dtype=torch.float64)
         return uniforms.neg_().log1p_().div_(log_keep).floor_().long().add_(1)
 
-    steps, offset, batches = draw_steps(count), 0, []
+    gaps, offset, batches = draw_gaps(count), 0, []
     for _ in range(count):
         members, last = [], -1
         while last < n:
-            if offset == len(steps):  # earlier batches took extra chunks: draw on
-                steps, offset = draw_steps(1), 0
-            positions = steps[offset:offset + chunk].cumsum(0).add_(last)
+            if offset == len(gaps):  # earlier batches took extra chunks: draw on
+                gaps, offset = draw_gaps(1), 0
+            positions = gaps[offset:offset + chunk].cumsum(0).add_(last)
             offset += chunk
             members.append(positions)
             last = int(positions[-1])
