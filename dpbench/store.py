@@ -1,13 +1,16 @@
 """The local results store: one SQLite file under ``DPBENCH_HOME``, one row per finished run.
 
 SQLite serializes writers with a file lock (WAL mode, 60 s busy timeout), so several processes can append at
-once. A record's ``run_id`` is a hash of its content, so the same record from two machines merges as one.
+once; the switch to WAL, which SQLite refuses at once rather than wait when two processes create the file
+together, is retried until the same timeout. A record's ``run_id`` is a hash of its content, so the same record from two machines merges as one.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import random
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +38,23 @@ def content_id(record: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
+BUSY_TIMEOUT_SECONDS = 60
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
-    connection = sqlite3.connect(path, timeout=60)
-    connection.execute("PRAGMA journal_mode=WAL")
-    connection.execute(SCHEMA)
-    return connection
+    connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECONDS)
+    deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute(SCHEMA)
+            return connection
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                connection.close()
+                raise
+            time.sleep(random.uniform(0.005, 0.05))
 
 
 def append(record: dict[str, Any], path: Path | None = None) -> None:
