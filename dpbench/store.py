@@ -2,7 +2,8 @@
 
 SQLite serializes writers with a file lock (WAL mode, 60 s busy timeout), so several processes can append at
 once; the switch to WAL, which SQLite refuses at once rather than wait when two processes create the file
-together, is retried until the same timeout. A record's ``run_id`` is a hash of its content, so the same record from two machines merges as one.
+together, is retried until the same timeout. A record's ``run_id`` is a hash of its content, so the same
+record from two machines merges as one.
 """
 from __future__ import annotations
 
