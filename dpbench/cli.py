@@ -9,10 +9,11 @@ import math
 import sys
 from typing import Any
 
-from dpbench import allocator, engine, leaderboard, registry, sweep, tuning
+from dpbench import allocator, engine, guards, leaderboard, registry, sweep, tuning
 from dpbench.data import DataError
 from dpbench.engine import UsageError
-from dpbench.privacy import ACCOUNTANTS, SAMPLERS, GaussianReleases, calibrate_noise_multiplier
+from dpbench.privacy import (ACCOUNTANTS, NEIGHBOURING, SAMPLERS, GaussianReleases, calibrate_noise_multiplier,
+                             check_relation)
 
 EXIT_USAGE = 2
 
@@ -53,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="any other hyperparameter or task option (repeatable)")
     run.add_argument("--sampler", choices=SAMPLERS, help="poisson (default for private methods) or shuffle")
     run.add_argument("--accountant", choices=ACCOUNTANTS, default="pld")
+    run.add_argument("--neighbouring", choices=NEIGHBOURING,
+                     help="neighbouring datasets of the ε: add-remove (default for Poisson sampling) or replace-one")
     run.add_argument("--accelerator", default="cpu", help="Lightning accelerator: cpu, gpu, auto, ...")
     run.add_argument("--clipping", choices=engine.CLIPPING, default="fast",
                      help="per-example clipping: fast (ghost norms, dpbench/ghost.py) or reference (torch.func.vmap)")
@@ -110,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     privacy.add_argument("--steps", type=_positive_int, required=True)
     privacy.add_argument("--delta", type=float, required=True)
     privacy.add_argument("--accountant", choices=ACCOUNTANTS, default="pld")
+    privacy.add_argument("--neighbouring", choices=NEIGHBOURING, default="add-remove")
     privacy.add_argument("--json", action="store_true")
 
     sweep_parser = commands.add_parser("sweep", help="run a grid of tasks × methods × ε × seeds, skipping stored runs")
@@ -131,17 +135,23 @@ def _privacy(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"sample rate must lie in (0, 1], got {args.sample_rate}")
     if not 0 < args.delta < 1:
         raise UsageError(f"delta must lie in (0, 1), got {args.delta}")
+    try:
+        check_relation(args.accountant, "poisson", args.neighbouring)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     if args.epsilon is not None:
         if not (math.isfinite(args.epsilon) and args.epsilon > 0):
             raise UsageError(f"epsilon must be a finite number > 0, got {args.epsilon}")
-        sigma = calibrate_noise_multiplier(args.epsilon, args.delta, args.sample_rate, args.steps, args.accountant)
+        sigma = calibrate_noise_multiplier(args.epsilon, args.delta, args.sample_rate, args.steps, args.accountant,
+                                           neighbouring=args.neighbouring)
     else:
         sigma = args.noise_multiplier
         if not (math.isfinite(sigma) and sigma > 0):
             raise UsageError(f"noise multiplier must be a finite number > 0, got {sigma}")
-    epsilon = GaussianReleases(args.sample_rate, sigma, args.steps).epsilon(args.delta, args.accountant)
-    return {"epsilon": epsilon, "noise_multiplier": sigma, "sample_rate": args.sample_rate, "steps": args.steps,
-            "delta": args.delta, "accountant": args.accountant, "sampler": "poisson"}
+    releases = GaussianReleases(args.sample_rate, sigma, args.steps, neighbouring=args.neighbouring)
+    return {"epsilon": releases.epsilon(args.delta, args.accountant), "noise_multiplier": sigma,
+            "sample_rate": args.sample_rate, "steps": args.steps, "delta": args.delta, "accountant": args.accountant,
+            "sampler": "poisson", "neighbouring": args.neighbouring}
 
 
 def _summary(record: dict[str, Any]) -> str:
@@ -151,7 +161,8 @@ def _summary(record: dict[str, Any]) -> str:
         lines.append(f"  note: {record['data_note']}")
     lines.append(f"  hyperparameters: {hp}")
     if record["private"]:
-        lines.append(f"  privacy: ε = {record['epsilon']:.4g} spent (target {record['epsilon_target']}), "
+        lines.append(f"  privacy: ε = {record['epsilon']:.4g} spent (target {record['epsilon_target']}, "
+                     f"{record['neighbouring']} neighbours), "
                      f"δ = {record['delta']:.3g}, σ = {record['noise_multiplier']:.4g}, q = {record['sample_rate']:.4g}, "
                      f"{record['gradient_evaluations']} noisy gradients, {record['sampler']} sampling, "
                      f"{record['accountant']} accountant, {record.get('clipping')} clipping, "
@@ -166,9 +177,10 @@ def _summary(record: dict[str, Any]) -> str:
 
 def _tune_summary(record: dict[str, Any]) -> str:
     tuned = record["tuning"]
+    trials = (f"K ~ {tuned['k_distribution']['name']} with mean {tuned['k_distribution']['mean']:g} (K and the "
+              f"other trials stay in study {tuned['study']})" if "k_distribution" in tuned else f"{tuned['trials']} trials")
     lines = [_summary(record).splitlines()[0],
-             f"  tuning: {tuned['mode']}, {tuned['trials_run']} trials ({tuned['trials_failed']} failed), "
-             f"selected trial {tuned['selected_trial']} by {tuned['selected_by']}: "
+             f"  tuning: {tuned['mode']}, {trials}; selected by {tuned['selected_by']}: "
              + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                          for k, v in tuned["selected_params"].items())]
     if tuned["private"]:
@@ -227,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
             spec = engine.RunSpec(
                 method=args.method, task=args.task, epsilon=args.epsilon, noise_multiplier=args.noise_multiplier,
                 delta=args.delta, seed=args.seed, overrides=overrides, profile=args.profile, sampler=args.sampler,
-                accountant=args.accountant, force_delta=args.force_delta, accelerator=args.accelerator,
+                accountant=args.accountant, neighbouring=args.neighbouring, force_delta=args.force_delta,
+                accelerator=args.accelerator,
                 clipping=args.clipping, noise=args.noise, checkpoint_dir=args.checkpoint_dir, plugins=args.plugins,
                 wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, no_wandb=args.no_wandb)
             record = engine.run(spec)
@@ -237,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except tuning.TuningError as error:
         print(f"dpbench: {error}", file=sys.stderr)
+        return 1
+    except guards.PrivacyCheckFailed as error:
+        print(f"dpbench: refused, nothing recorded: {error}", file=sys.stderr)
         return 1
     return 0
 

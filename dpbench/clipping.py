@@ -67,7 +67,8 @@ class VmapClipper:
             outputs = functional_call(task.model, (p, buffers), (xi.unsqueeze(0),))
             return task.per_example_loss(outputs, yi.unsqueeze(0)).sum()
 
-        return vmap(grad(loss_of_one), in_dims=(None, 0, 0))(params, x, y)
+        # randomness="different": each example its own dropout mask, as in a batched forward pass
+        return vmap(grad(loss_of_one), in_dims=(None, 0, 0), randomness="different")(params, x, y)
 
     def clipped_sum(self, task, x, y, max_norm, transform=None, scale=1.0, into=None):
         sums = into if into is not None else [torch.zeros_like(p) for p in task.model.parameters() if p.requires_grad]

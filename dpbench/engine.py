@@ -8,6 +8,7 @@ number of batches actually drawn, with the same accountant the noise was calibra
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import sys
 import time
@@ -20,12 +21,13 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from dpbench import records, registry, store, tracking
+from dpbench import guards, records, registry, store, streams, tracking
 from dpbench.clipping import PerExampleClipper, Transform, VmapClipper
 from dpbench.ghost import make_clipper
 from dpbench.method import GradientMechanism, Method, ReleaseMethod
 from dpbench.noise import GAUSSIAN_SAMPLERS as NOISE, GaussianNoise
-from dpbench.privacy import ACCOUNTANTS, SAMPLERS, GaussianReleases, calibrate_noise_multiplier
+from dpbench.privacy import (ACCOUNTANTS, SAMPLERS, GaussianReleases, calibrate_noise_multiplier, check_relation,
+                             default_relation)
 from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
 from dpbench.task import Task, TaskData
 
@@ -51,6 +53,7 @@ class RunSpec:
     profile: str | None = None
     sampler: str | None = None
     accountant: str = "pld"
+    neighbouring: str | None = None  # "add-remove" or "replace-one"; None: the sampler's (privacy.default_relation)
     force_delta: bool = False
     accelerator: str = "cpu"
     clipping: str = "fast"  # per-example clipping: "fast" (dpbench.ghost) or "reference" (torch.func.vmap)
@@ -166,6 +169,7 @@ class PrivateTraining(pl.LightningModule):
         self.epsilon_so_far = epsilon_so_far  # for the per-epoch privacy log, when a logger is attached
         self.automatic_optimization = False
         self.releases = 0  # the ledger: every batch drawn for a private method
+        self.sampled = 0  # examples in those batches, for the sampling guard (never recorded: see guards.py)
         self.steps = 0
         self._metric_sums: dict[str, float] = {}
         self._metric_count = 0
@@ -182,6 +186,7 @@ class PrivateTraining(pl.LightningModule):
 
     def on_fit_start(self):
         self.noise = GaussianNoise(self.seed, self.device, self.noise_sampler)
+        streams.seed_globals(self.seed, "training")  # dropout and other unasked draws during training
 
     def on_train_epoch_start(self):
         # Lightning (2.x) does not set the epoch of a DataLoader's batch sampler; without this every epoch would
@@ -214,6 +219,7 @@ class PrivateTraining(pl.LightningModule):
     def training_step(self, batches, batch_index):
         if self.method_class.private:
             self.releases += len(batches)
+            self.sampled += sum(len(y) for _, y in batches)
         pending = iter(batches)
 
         def release() -> list[torch.Tensor]:
@@ -250,7 +256,13 @@ class PrivateTraining(pl.LightningModule):
         self.log_dict(self.test_metrics, prog_bar=True)
 
 
+def check_seed(seed: Any) -> None:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= streams.MAX_SEED:
+        raise UsageError(f"seed must be a whole number from 0 to 2^63 - 1, got {seed}")
+
+
 def _check_budget(spec: RunSpec, method: type[Method]) -> None:
+    check_seed(spec.seed)
     if not method.private:
         if spec.epsilon is not None or spec.noise_multiplier is not None:
             raise UsageError(f"{method.name} is not private: it takes neither --epsilon nor --noise-multiplier")
@@ -287,7 +299,7 @@ class PlannedRun:
         """The mechanism run after ``count`` noisy gradients (plus the task's data releases)."""
         return GaussianReleases(self.record["sample_rate"], self.record["noise_multiplier"], count,
                                 self.record["sampler"], self.steps_per_epoch * self.method.releases_per_step,
-                                self.data_releases)
+                                self.data_releases, self.record["neighbouring"] or "add-remove")
 
     def module(self, epsilon_so_far: Callable[[int], float] | None = None) -> PrivateTraining:
         clipper = VmapClipper() if self.spec.clipping == "reference" and self.method.private else None
@@ -308,8 +320,34 @@ def registered(method: str, task: str, plugins: list[str]) -> tuple[type[Method]
     return methods[method], tasks[task]
 
 
-def plan(spec: RunSpec) -> PlannedRun:
-    """Check ``spec``, load the data, build the model under the seed, choose the sampler and calibrate σ."""
+#: The fields that say which settings and code a record ran: two records with the same identity (and seed) are the
+#: same experiment, so the sweep does not run it again and the leaderboard puts them in one cell.
+IDENTITY_FIELDS = ("task", "method", "data_id", "delta", "epsilon_target", "neighbouring", "accountant", "sampler",
+                   "hyperparameters", "overrides", "profile", "code", "ledger_version")
+
+
+def identity(record: dict[str, Any]) -> str:
+    """The canonical JSON of a record's :data:`IDENTITY_FIELDS` (δ to 10 significant digits: release methods record
+    the sum of their parts' δ)."""
+    fields = {key: record.get(key) for key in IDENTITY_FIELDS}
+    if fields["delta"] is not None:
+        fields["delta"] = float(f"{fields['delta']:.10g}")
+    return json.dumps(fields, sort_keys=True)
+
+
+def describe(spec: RunSpec) -> str:
+    """The :func:`identity` a run of ``spec`` would record, without training or calibrating."""
+    method, task_class = registered(spec.method, spec.task, spec.plugins)
+    if issubclass(method, ReleaseMethod):
+        from dpbench import release
+
+        return identity(release.describe(spec, method, task_class))
+    return identity(plan(spec, calibrate=False).record)
+
+
+def plan(spec: RunSpec, calibrate: bool = True) -> PlannedRun:
+    """Check ``spec``, load the data, build the model under the seed, choose the sampler and calibrate σ (not with
+    ``calibrate=False``: then the record's noise multiplier is None)."""
     method, task_class = registered(spec.method, spec.task, spec.plugins)
     if issubclass(method, ReleaseMethod):
         raise UsageError(f"{method.name} releases through dpbench.release, not by gradient steps")
@@ -333,12 +371,23 @@ def plan(spec: RunSpec) -> PlannedRun:
         raise UsageError(f"{method.name} scales its noise to the task's gradient norm bound: it takes no clip")
     hp, options = resolve_hyperparameters(method, task_class, spec.overrides, spec.profile)
 
-    pl.seed_everything(spec.seed, verbose=False)
+    neighbouring = spec.neighbouring or default_relation(sampler_name)
+    if method.private:
+        try:
+            check_relation(spec.accountant, sampler_name, neighbouring)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+    elif spec.neighbouring is not None:
+        raise UsageError(f"{method.name} is not private: it takes no --neighbouring")
+
+    streams.seed_run(spec.seed)
     try:
         task = task_class(**options)
     except ValueError as error:
         raise UsageError(f"task {task_class.name}: {error}") from None
-    data = task.prepare()
+    data = task.prepare(spec.seed)
+    if method.private:
+        guards.refuse_example_mixing(task, data.x_test[:3])
     held_out = None
     if spec.validation is not None:  # a tuning trial trains on the training part only
         data, held_out = spec.validation.split(data)
@@ -376,19 +425,22 @@ def plan(spec: RunSpec) -> PlannedRun:
             sigma = spec.noise_multiplier
         else:
             target_epsilon = target_epsilon if target_epsilon is not None else task_class.defaults.get("epsilon", 1.0)
+            sigma = None
+        if sigma is None and calibrate:
             try:
                 sigma = calibrate_noise_multiplier(target_epsilon, delta, sample_rate, planned_releases,
                                                    spec.accountant, sampler_name, steps_per_epoch * per_step,
-                                                   data_releases)
+                                                   data_releases, neighbouring)
             except ValueError as error:
                 raise UsageError(f"task {task_class.name}: {error}") from None
 
     record = {  # known before training; W&B gets it as the run's configuration
-        **records.provenance(task_class.name, method.name, data, spec.seed, hp | options, spec.overrides),
+        **records.provenance(task_class, method, data, spec.seed, hp | options, spec.overrides),
         "profile": spec.profile,
         "private": method.private,
         "epsilon_target": target_epsilon if method.private else None,
         "delta": delta if method.private else None,
+        "neighbouring": neighbouring if method.private else None,
         "noise_multiplier": sigma,
         "sample_rate": sample_rate,
         "accountant": spec.accountant if method.private else None,
@@ -402,10 +454,15 @@ def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, w
     """Charge what ``module`` drew, complete and seal the record, close its W&B run, store it; returns the record."""
     spec, record = planned.spec, planned.record
     try:
-        spent = planned.releases_charged(module.releases).epsilon(planned.delta, spec.accountant) \
-            if planned.method.private else None
-        if planned.method.private and spec.epsilon is not None and spent > spec.epsilon * (1 + 1e-9):
-            raise RuntimeError(f"spent epsilon {spent} exceeds the target {spec.epsilon}: calibration failed")
+        spent = None
+        if planned.method.private:
+            guards.check_sampling(record["sampler"], record["sample_rate"], planned.data.n_train, module.releases,
+                                  module.sampled)
+            spent = planned.releases_charged(module.releases).epsilon(planned.delta, spec.accountant)
+            target = record["epsilon_target"]
+            if target is not None and spent > target * (1 + 1e-9):
+                raise guards.PrivacyCheckFailed(f"spent epsilon {spent} exceeds the target {target}: "
+                                                f"calibration failed")
     except BaseException:
         if wandb_run is not None:
             tracking.finish(wandb_run, None)

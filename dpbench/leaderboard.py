@@ -41,10 +41,12 @@ from typing import Any
 from dpbench import store, tracking
 from dpbench.engine import UsageError
 from dpbench.published import PUBLISHED, PublishedResult
+from dpbench.records import LEDGER_VERSION
 
 FORMATS = ("md", "html", "csv", "jsonl")
-CSV_COLUMNS = ["task", "data_id", "method", "epsilon", "epsilon_kind", "delta", "tuning", "tuning_note", "accountant",
-               "sampler", "hyperparameters", "metric", "direction", "mean", "std", "n_seeds", "run_ids"]
+CSV_COLUMNS = ["task", "data_id", "method", "epsilon", "epsilon_kind", "delta", "neighbouring", "tuning", "tuning_note",
+               "accountant", "sampler", "hyperparameters", "external_plugin", "code_sha256", "metric", "direction", "mean",
+               "std", "n_seeds", "run_ids"]
 NOT_PRIVATE_TUNING = "tuning not private"
 _DIRECTIONS = [("accuracy", "higher"), ("error", "lower"), ("loss", "lower")]  # by substring of the metric name
 
@@ -115,12 +117,16 @@ class Row:
     sampler: str
     accountant: str  # "" for non-private runs
     hyperparameters: str  # canonical JSON for untuned runs, "" for tuned ones
+    code: str = ""  # sha256 of the method's source files: runs of different code never share a row
+    external: bool = False  # a user's plugin, not a built-in method
 
 
 def row_of(record: dict[str, Any]) -> Row:
     mode = tuning_mode(record)
+    code = record.get("code", {}).get("method", {})
     return Row(mode, record["method"], str(record["sampler"]), record["accountant"] or "",
-               json.dumps(record["hyperparameters"], sort_keys=True) if mode == "none" else "")
+               json.dumps(record["hyperparameters"], sort_keys=True) if mode == "none" else "",
+               code.get("sha256", ""), bool(code.get("external")))
 
 
 @dataclass
@@ -161,6 +167,7 @@ class Table:
     data_id: str
     delta: float | None  # None: a table of non-private runs only
     metric: str
+    neighbouring: str | None = None  # of every private run in the table: ε under other relations is not comparable
     cells: dict[tuple[Row, Column], Cell] = field(default_factory=dict)
     published: list[PublishedResult] = field(default_factory=list)
 
@@ -205,9 +212,13 @@ class Table:
         for rows in by_method.values():
             settings = [json.loads(row.hyperparameters) if row.hyperparameters else {} for row in rows]
             differing = sorted({key for s in settings for key in s if any(o.get(key) != s.get(key) for o in settings)})
+            codes = {row.code for row in rows}
             for row, setting in zip(rows, settings):
-                shown = ", ".join(f"{key}={setting.get(key, '—')}" for key in differing)
-                labels[row] = f"{row.method} ({shown})" if shown else row.method
+                shown = [f"{key}={setting.get(key, '—')}" for key in differing]
+                if len(codes) > 1:  # the same method name, different code (an edited plugin)
+                    shown.append(f"code {row.code[:8]}")
+                name = f"{row.method} [external plugin]" if row.external else row.method
+                labels[row] = f"{name} ({', '.join(shown)})" if shown else name
         return labels
 
     def legend_labels(self) -> dict[Row, str]:
@@ -244,15 +255,16 @@ def published_column(entry: PublishedResult) -> Column:
 
 def build_tables(records: list[dict[str, Any]], published: list[PublishedResult] = PUBLISHED) -> list[Table]:
     """Group records into tables (see the module docstring) and attach the published figures of their tasks."""
-    private: dict[tuple[str, str, float, str], Table] = {}
+    private: dict[tuple[str, str, float, str, str], Table] = {}
     nonprivate: dict[tuple[str, str, str], dict[tuple[Row, Column], Cell]] = defaultdict(dict)
     for record in records:
         metric = metric_name(record)
         key = (row_of(record), epsilon_column(record))
         if record["private"]:
             delta = _round_significant(record["delta"], 10)
-            table = private.setdefault((record["task"], record["data_id"], delta, metric),
-                                       Table(record["task"], record["data_id"], delta, metric))
+            relation = record.get("neighbouring") or "add-remove"
+            table = private.setdefault((record["task"], record["data_id"], delta, metric, relation),
+                                       Table(record["task"], record["data_id"], delta, metric, relation))
             cells = table.cells
         else:
             cells = nonprivate[record["task"], record["data_id"], metric]
@@ -268,7 +280,8 @@ def build_tables(records: list[dict[str, Any]], published: list[PublishedResult]
             table.cells.update(cells)  # the same Cell objects: one group, shown in several tables
     for table in tables:
         table.published = [entry for entry in published if (entry.task, entry.metric) == (table.task, table.metric)]
-    return sorted(tables, key=lambda t: (t.task, t.data_id, t.metric, t.delta is None, t.delta or 0.0))
+    return sorted(tables, key=lambda t: (t.task, t.data_id, t.metric, t.delta is None, t.delta or 0.0,
+                                         t.neighbouring or ""))
 
 
 def unmatched_published(tables: list[Table], task: str | None,
@@ -299,7 +312,8 @@ def _delta_text(table: Table) -> str:
 
 
 def _title(table: Table) -> str:
-    return f"{table.task} · data {table.data_id} · {_delta_text(table)}"
+    relation = f" · ε under {table.neighbouring} neighbours" if table.neighbouring else ""
+    return f"{table.task} · data {table.data_id} · {_delta_text(table)}{relation}"
 
 
 def _explanation(table: Table) -> str:
@@ -419,6 +433,8 @@ def to_csv(tables: list[Table]) -> str:
                     "epsilon": "inf" if column.kind == "non-private" else repr(column.epsilon),
                     "epsilon_kind": column.kind,
                     "delta": "" if column.kind == "non-private" else repr(table.delta),
+                    "neighbouring": "" if column.kind == "non-private" else table.neighbouring,
+                    "external_plugin": row.external, "code_sha256": row.code,
                     "tuning": row.tuning, "tuning_note": NOT_PRIVATE_TUNING if row.tuning == "oracle" else "",
                     "accountant": row.accountant, "sampler": row.sampler,
                     "hyperparameters": row.hyperparameters, "metric": table.metric,
@@ -613,8 +629,13 @@ def write(fmt: str, task: str | None = None, out: str | None = None, wandb_path:
     else:
         records = store.load(task=task) if task else store.load()
         source = str(store.default_path())
+    current = [r for r in records if r.get("ledger_version") == LEDGER_VERSION]
+    if len(current) < len(records):
+        print(f"dpbench: leaving out {len(records) - len(current)} records of older ledger versions (made before "
+              f"privacy fixes of the engine; see dpbench/records.py)", file=sys.stderr)
+    records = current
     if not records:
-        raise UsageError(f"no runs{f' of task {task!r}' if task else ''} in {source}")
+        raise UsageError(f"no runs{f' of task {task!r}' if task else ''} of ledger version {LEDGER_VERSION} in {source}")
     text = render(records, fmt, task)
     if out is None:
         sys.stdout.write(text)

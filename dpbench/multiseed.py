@@ -127,8 +127,9 @@ def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, 
             sampler.set_epoch(epoch)
         for step_batches in zip(*samplers, strict=True):
             batches = [batches_of_seed[0] for batches_of_seed in step_batches]
-            for module in modules:
+            for module, batch in zip(modules, batches):
                 module.releases += 1
+                module.sampled += len(batch)
             releases = _releases(modules, data, input_sq, batches, clips, scales)
             for module, own_params, gradients in zip(modules, params, releases):
                 module.method.step(_release_once(module, own_params, gradients))

@@ -11,9 +11,9 @@ checks its bits against Random123's known answers and ``randomgen``'s independen
 bit against a NumPy transcription and statistically against N(0, 1).
 
 With ``--noise torch``, on other devices, or where the extension was not built (no C compiler at install time),
-the noise comes from PyTorch's ``normal_`` with a generator seeded by the run seed, one parameter after another:
-the draws of every run made before dpbench had its own sampler. Each record names its sampler (``noise``); a run
-is reproducible under the same sampler.
+the noise comes from PyTorch's ``normal_``, one parameter after another. Either way the stream is the run's
+``gradient-noise`` stream (:mod:`dpbench.streams`), which no other draw of the run shares. Each record names its
+sampler (``noise``); a run is reproducible under the same sampler.
 """
 from __future__ import annotations
 
@@ -26,30 +26,32 @@ try:
 except ImportError:  # built without a C compiler
     fill_normal = None
 
+from dpbench import streams
+
 #: ``fast``: dpbench's sampler on the CPU, PyTorch's elsewhere; ``torch``: PyTorch's everywhere.
 GAUSSIAN_SAMPLERS = ("fast", "torch")
 PHILOX = "philox4x32-10 + box-muller, float32 (dpbench._philox)"
-KEYS = 2**64
 
 
 class GaussianNoise:
     """std·N(0, 1) numbers for tensors of ``device``, from the stream of ``seed``.
 
-    Philox stream: the key is the seed modulo 2⁶⁴, and a draw of n numbers uses the next ⌈n/4⌉ counter values
-    (four numbers each). Tensors of another floating dtype get float32 numbers, converted.
+    Philox stream: the key is the run's ``gradient-noise`` stream seed (64 bits), and a draw of n numbers uses the
+    next ⌈n/4⌉ counter values (four numbers each). Tensors of another floating dtype get float32 numbers, converted.
     """
 
     def __init__(self, seed: int, device: torch.device | str = "cpu", sampler: str = "fast"):
         device = torch.device(device)
+        stream = streams.derive(seed, "gradient-noise")
         self.philox = sampler == "fast" and device.type == "cpu" and fill_normal is not None
         if self.philox:
-            self.key, self.counter = seed % KEYS, 0
+            self.key, self.counter = stream, 0
             self.name = PHILOX
         else:
             if sampler == "fast" and device.type == "cpu":
                 warnings.warn("dpbench._philox is not built (no C compiler at install?): the gradient noise comes "
                               "from PyTorch's slower CPU sampler")
-            self.generator = torch.Generator(device=device).manual_seed(seed)
+            self.generator = torch.Generator(device=device).manual_seed(stream)
             self.name = f"torch normal_ ({device.type})"
 
     def fill_(self, tensor: torch.Tensor, std: float) -> torch.Tensor:

@@ -1,14 +1,21 @@
 """Privacy accounting with Google's ``dp-accounting``: the ε a run reports comes from here and nowhere else.
 
 Every gradient release is the Gaussian mechanism on a sum of per-example contributions of L2 norm ≤ C with
-noise N(0, σ²C²), under add/remove-one neighbouring datasets. How batches are drawn decides the event:
+noise N(0, σ²C²). How batches are drawn decides the event:
 
 * ``poisson``: each example joins each batch independently with probability q. A run of T releases is
   ``SelfComposed(PoissonSampled(q, Gaussian(σ)), T)``. This is the default and what the accountants assume.
 * ``shuffle``: fixed-size batches from a fresh permutation each epoch, so every example is in exactly one batch
   per epoch. No amplification by subsampling is claimed for it: by parallel composition each epoch costs one
-  Gaussian mechanism, and because fixed-size batches only make sense under replace-one neighbours the sum's
-  sensitivity is 2C, i.e. Gaussian(σ/2) per (started) epoch. This is a valid, deliberately conservative bound.
+  Gaussian mechanism (``SelfComposed(Gaussian(σ), started epochs)``). This is a valid, deliberately conservative
+  bound. Fixed-size batches only make sense under replace-one neighbours, the only relation offered for it.
+
+The neighbouring relation (``NEIGHBOURING``) is the accountant's: ``add-remove`` (D' = D ± one example; the
+default for Poisson sampling, and what Abadi et al. use) or ``replace-one`` (one example replaced by another, the
+definition of Yu et al. and of the DP-ERM benchmark). Under replace-one a release's sum moves by up to 2C:
+dp-accounting's PLD models it exactly, for Poisson sampling as the mixtures (1 − q)·N(0) + q·N(∓C) (its
+``NeighboringRelation.REPLACE_ONE``). dp-accounting's RDP accountant has no replace-one analysis of Poisson
+subsampling, so ``rdp`` with ``replace-one`` is refused for it.
 
 ``pld`` (privacy loss distributions) is the reported figure; ``rdp`` is available for comparison.
 """
@@ -23,13 +30,33 @@ from dp_accounting import pld, rdp
 
 ACCOUNTANTS = ("pld", "rdp")
 SAMPLERS = ("poisson", "shuffle")
+NEIGHBOURING = ("add-remove", "replace-one")
+RELATIONS = {"add-remove": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+             "replace-one": dp_accounting.NeighboringRelation.REPLACE_ONE}
 
 
-def _make_accountant(name: str) -> dp_accounting.PrivacyAccountant:
+def default_relation(sampler: str) -> str:
+    """The relation a run of ``sampler`` is accounted under unless asked otherwise: add/remove for Poisson."""
+    return "add-remove" if sampler == "poisson" else "replace-one"
+
+
+def check_relation(accountant: str, sampler: str, neighbouring: str) -> None:
+    """Raise ValueError where no analysis of (accountant, sampler, relation) exists here."""
+    if neighbouring not in NEIGHBOURING:
+        raise ValueError(f"unknown neighbouring relation {neighbouring!r}; choose one of {', '.join(NEIGHBOURING)}")
+    if sampler == "shuffle" and neighbouring != "replace-one":
+        raise ValueError("fixed-size (shuffle) batches are accounted under replace-one neighbours only")
+    if accountant == "rdp" and sampler == "poisson" and neighbouring == "replace-one":
+        raise ValueError("dp-accounting's RDP accountant has no replace-one analysis of Poisson subsampling; "
+                         "use the pld accountant")
+
+
+def _make_accountant(name: str, neighbouring: str = "add-remove") -> dp_accounting.PrivacyAccountant:
+    relation = RELATIONS[neighbouring]
     if name == "pld":
-        return pld.PLDAccountant()
+        return pld.PLDAccountant(relation)
     if name == "rdp":
-        return rdp.RdpAccountant()
+        return rdp.RdpAccountant(neighboring_relation=relation)
     raise ValueError(f"unknown accountant {name!r}; choose one of {', '.join(ACCOUNTANTS)}")
 
 
@@ -49,7 +76,8 @@ class GaussianReleases:
 
     ``releases``: number of noisy gradient evaluations; ``sample_rate``: q (1 for full batches);
     ``releases_per_epoch``: for the shuffle sampler, how many releases make one pass over the data;
-    ``preceded_by``: the events of the task's data releases (:class:`DataRelease`), composed before training.
+    ``preceded_by``: the events of the task's data releases (:class:`DataRelease`), composed before training;
+    ``neighbouring``: the relation the events are accounted under (see the module docstring).
     """
 
     sample_rate: float
@@ -58,11 +86,12 @@ class GaussianReleases:
     sampler: str = "poisson"
     releases_per_epoch: int = 1
     preceded_by: tuple[dp_accounting.DpEvent, ...] = ()
+    neighbouring: str = "add-remove"
 
     def event(self) -> dp_accounting.DpEvent:
         if self.preceded_by:
             training = GaussianReleases(self.sample_rate, self.noise_multiplier, self.releases, self.sampler,
-                                        self.releases_per_epoch)
+                                        self.releases_per_epoch, (), self.neighbouring)
             return dp_accounting.ComposedDpEvent([*self.preceded_by, training.event()])
         if self.releases == 0:
             return dp_accounting.NoOpDpEvent()
@@ -71,9 +100,9 @@ class GaussianReleases:
             if self.sample_rate < 1:
                 once = dp_accounting.PoissonSampledDpEvent(self.sample_rate, once)
             return dp_accounting.SelfComposedDpEvent(once, self.releases)
-        if self.sampler == "shuffle":
+        if self.sampler == "shuffle":  # under replace-one: the sum moves by up to 2C (checked by check_relation)
             epochs = math.ceil(self.releases / self.releases_per_epoch)
-            return dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(self.noise_multiplier / 2), epochs)
+            return dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(self.noise_multiplier), epochs)
         raise ValueError(f"unknown sampler {self.sampler!r}; choose one of {', '.join(SAMPLERS)}")
 
     def epsilon(self, delta: float, accountant: str = "pld") -> float:
@@ -84,12 +113,14 @@ class GaussianReleases:
 def _epsilon(releases: GaussianReleases, delta: float, accountant: str) -> float:
     if releases.noise_multiplier == 0 and releases.releases > 0:
         return math.inf
-    return float(_make_accountant(accountant).compose(releases.event()).get_epsilon(delta))
+    check_relation(accountant, releases.sampler, releases.neighbouring)
+    return float(_make_accountant(accountant, releases.neighbouring).compose(releases.event()).get_epsilon(delta))
 
 
-def epsilon(sample_rate: float, noise_multiplier: float, steps: int, delta: float, accountant: str = "pld") -> float:
+def epsilon(sample_rate: float, noise_multiplier: float, steps: int, delta: float, accountant: str = "pld",
+            neighbouring: str = "add-remove") -> float:
     """ε of ``steps`` Poisson-subsampled Gaussian releases."""
-    return GaussianReleases(sample_rate, noise_multiplier, steps).epsilon(delta, accountant)
+    return GaussianReleases(sample_rate, noise_multiplier, steps, neighbouring=neighbouring).epsilon(delta, accountant)
 
 
 @functools.lru_cache(maxsize=256)  # pure; sweeps ask for the same (ε, δ, q, T) for many seeds and methods
@@ -102,22 +133,25 @@ def calibrate_noise_multiplier(
     sampler: str = "poisson",
     releases_per_epoch: int = 1,
     preceded_by: tuple[dp_accounting.DpEvent, ...] = (),
+    neighbouring: str = "add-remove",
 ) -> float:
     """Smallest σ (to dp-accounting's bisection tolerance) whose ε for this mechanism is ≤ ``target_epsilon``.
 
     With ``preceded_by``, the training gets what those data releases leave of the budget."""
+    check_relation(accountant, sampler, neighbouring)
     if preceded_by:
-        spent_before = float(_make_accountant(accountant).compose(
+        spent_before = float(_make_accountant(accountant, neighbouring).compose(
             dp_accounting.ComposedDpEvent(list(preceded_by))).get_epsilon(delta))
         if spent_before >= target_epsilon:
             raise ValueError(f"the task's data releases alone spend ε = {spent_before:.4g} "
                              f"≥ the target {target_epsilon:g}")
 
     def releases_with(sigma: float) -> dp_accounting.DpEvent:
-        return GaussianReleases(sample_rate, sigma, releases, sampler, releases_per_epoch, preceded_by).event()
+        return GaussianReleases(sample_rate, sigma, releases, sampler, releases_per_epoch, preceded_by,
+                                neighbouring).event()
 
     sigma = dp_accounting.calibrate_dp_mechanism(
-        lambda: _make_accountant(accountant),
+        lambda: _make_accountant(accountant, neighbouring),
         releases_with,
         target_epsilon,
         delta,

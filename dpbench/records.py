@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import datetime
 import functools
+import hashlib
 import importlib.metadata
+import inspect
 import platform
 import subprocess
 from pathlib import Path
@@ -11,6 +13,14 @@ from typing import Any
 
 from dpbench import store
 from dpbench.task import TaskData
+
+#: Changes with every privacy-relevant fix of the engine; the sweep and the leaderboard use only records of the
+#: current version. 1 (records without the field): up to commit ca2e673. 2: independent random streams per purpose
+#: (dpbench.streams), tuning trials sampled as accounted (Poisson), no released K, layers that mix examples
+#: refused, the spent-ε guard against every target, AdaCliP's clipped contributions bounded by C, the sampling
+#: guard, the neighbouring relation recorded and chosen (--neighbouring), one model (with bias) for every method.
+LEDGER_VERSION = 2
+BUILTIN_PACKAGES = ("dpbench.methods.", "dpbench.tasks.")
 
 
 @functools.cache  # once per process, like the following: a process runs the code it loaded
@@ -41,12 +51,43 @@ def git_commit() -> str | None:
     return commit + ("+dirty" if dirty else "")
 
 
-def provenance(task: str, method: str, data: TaskData, seed: int, hyperparameters: dict[str, Any],
+def _file_sha256(path: str) -> str:
+    stat = Path(path).stat()
+    return _sha256_of(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.cache  # once per version of a file: a sweep hashes the same method files for every run
+def _sha256_of(path: str, modified_ns: int, size: int) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def code_of(cls: type, base: type) -> dict[str, Any]:
+    """Which code a method or task class is: its file, whether it is an external plugin, and the sha256 over the
+    source files of every class between it and ``base`` (a plugin subclassing a built-in method covers both files).
+    Two records of different code never share a leaderboard cell."""
+    files = {}
+    for klass in cls.__mro__:
+        if klass is base or not (isinstance(klass, type) and issubclass(klass, base)) or \
+                klass.__module__.startswith("dpbench.") and not klass.__module__.startswith(BUILTIN_PACKAGES):
+            continue  # the engine's own base classes are covered by the ledger version and the git commit
+        path = inspect.getsourcefile(klass)
+        files[path] = _file_sha256(path)
+    own = inspect.getsourcefile(cls)
+    external = not cls.__module__.startswith(BUILTIN_PACKAGES)
+    combined = hashlib.sha256("".join(f"{Path(p).name}:{h}\n" for p, h in sorted(files.items())).encode())
+    return {"name": cls.name, "file": own if external else f"{cls.__module__.split('.')[1]}/{Path(own).name}",
+            "external": external, "sha256": combined.hexdigest()}
+
+
+def provenance(task: type, method: type, data: TaskData, seed: int, hyperparameters: dict[str, Any],
                overrides: dict[str, Any]) -> dict[str, Any]:
-    """The fields that say what was run on which data, known before training."""
+    """The fields that say what was run on which data by which code, known before training."""
+    from dpbench.method import Method
+    from dpbench.task import Task
+
     return {
-        "task": task,
-        "method": method,
+        "task": task.name,
+        "method": method.name,
         "data_id": data.data_id,
         "data_note": data.note,
         "preprocessing": data.preprocessing,
@@ -57,6 +98,8 @@ def provenance(task: str, method: str, data: TaskData, seed: int, hyperparameter
         "overrides": dict(overrides),  # what the command line changed from the defaults
         "versions": versions(),
         "git_commit": git_commit(),
+        "code": {"method": code_of(method, Method), "task": code_of(task, Task)},
+        "ledger_version": LEDGER_VERSION,
     }
 
 

@@ -7,12 +7,14 @@
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
 import inspect
 import os
 import pkgutil
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -35,9 +37,18 @@ def _classes_in(module: ModuleType, base: type) -> list[type]:
 
 
 def _load_file(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"dpbench_plugin_{path.stem}", path)
+    """Import a plugin file as module ``dpbench_plugin_<stem>_<hash of its path>``, registered in ``sys.modules``
+    (so that its classes' source files can be found and hashed for the record's ``code``)."""
+    path = path.resolve()
+    name = f"dpbench_plugin_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
     return module
 
 

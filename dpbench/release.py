@@ -32,11 +32,10 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
-import pytorch_lightning as pl
 import torch
 
-from dpbench import records, store, tracking
-from dpbench.engine import RunSpec, UsageError, apply_overrides
+from dpbench import records, store, streams, tracking
+from dpbench.engine import RunSpec, UsageError, apply_overrides, check_seed
 from dpbench.method import ReleaseMethod
 from dpbench.privacy import GaussianReleases, calibrate_noise_multiplier
 from dpbench.task import Task
@@ -204,41 +203,45 @@ class ObjectivePerturbationMethod(ReleaseMethod):
 
 
 def output_perturbation(method: OutputPerturbationMethod, x: torch.Tensor, targets: torch.Tensor, epsilon: float,
-                        delta: float, generator: torch.Generator) -> tuple[torch.Tensor, list[Release], int]:
-    """Train K one-vs-all classifiers non-privately, then one Gaussian mechanism per classifier at (ε/K, δ/K)."""
+                        delta: float, seed: int) -> tuple[torch.Tensor, list[Release], int]:
+    """Train K one-vs-all classifiers non-privately, then one Gaussian mechanism per classifier at (ε/K, δ/K).
+    The permutation and the noise come from the seed's ``release-permutation`` and ``output-noise`` streams."""
     classes = targets.shape[1]
-    theta, updates = method.fit(x, targets, generator)
+    theta, updates = method.fit(x, targets, streams.generator(seed, "release-permutation"))
     sensitivity = method.sensitivity(len(x))
+    noise = streams.generator(seed, "output-noise")
     columns, ledger = [], []
     for k in range(classes):
         what = "output noise" if classes == 1 else f"output noise, classifier {k} (one-vs-all)"
-        column, entry = gaussian_output(theta[:, k], sensitivity, epsilon / classes, delta / classes, generator, what)
+        column, entry = gaussian_output(theta[:, k], sensitivity, epsilon / classes, delta / classes, noise, what)
         columns.append(column)
         ledger.append(entry)
     return torch.stack(columns, dim=1), ledger, updates
 
 
 def approximate_minima_perturbation(method: ObjectivePerturbationMethod, x: torch.Tensor, targets: torch.Tensor,
-                                    epsilon: float, delta: float, generator: torch.Generator
+                                    epsilon: float, delta: float, seed: int
                                     ) -> tuple[torch.Tensor, list[Release], int, AMPCalibration]:
-    """Algorithm 1 of Iyengar et al. (2019) for each of K one-vs-all classifiers at (ε/K, δ/K)."""
+    """Algorithm 1 of Iyengar et al. (2019) for each of K one-vs-all classifiers at (ε/K, δ/K); b1 and b2 come from
+    the seed's ``objective-noise`` and ``output-noise`` streams."""
     n, p = x.shape
     classes = targets.shape[1]
     epsilon_k, delta_k = epsilon / classes, delta / classes
     noise_fraction, out_fraction = method.budget_fractions(epsilon_k)
     calibration = AMPCalibration.from_paper(epsilon_k, delta_k, n, method.input_norm, method.smoothness,
                                             method.hessian_rank, noise_fraction, out_fraction, method.gamma(n))
+    objective_noise, output_noise = streams.generator(seed, "objective-noise"), streams.generator(seed, "output-noise")
     columns, ledger, iterations = [], [], 0
     for k in range(classes):
         suffix = "" if classes == 1 else f", classifier {k} (one-vs-all)"
-        linear_term = calibration.sigma_objective * torch.randn(p, generator=generator, dtype=x.dtype)
+        linear_term = calibration.sigma_objective * torch.randn(p, generator=objective_noise, dtype=x.dtype)
         theta, steps = method.solve(x, targets[:, k], calibration.regularization, linear_term, calibration.gamma)
         residual = float(method.objective_gradient(theta, x, targets[:, k], calibration.regularization,
                                                    linear_term).norm())
         if not residual <= calibration.gamma:
             raise RuntimeError(f"{method.name}: the solver stopped at gradient norm {residual:.3g} > γ = "
                                f"{calibration.gamma:.3g}; the output noise would not cover the error")
-        noise = calibration.sigma_out * torch.randn(p, generator=generator, dtype=x.dtype)
+        noise = calibration.sigma_out * torch.randn(p, generator=output_noise, dtype=x.dtype)
         columns.append(theta + noise)
         iterations += steps
         ledger += [
@@ -262,6 +265,10 @@ def resolve_hyperparameters(method: type[ReleaseMethod], task: type[Task], overr
 
 def _refuse_gradient_options(spec: RunSpec, method: type[ReleaseMethod]) -> None:
     name = method.name
+    check_seed(spec.seed)
+    if spec.neighbouring not in (None, NEIGHBOURS):
+        raise UsageError(f"{name}'s analysis holds under {NEIGHBOURS} neighbours only; it takes no "
+                         f"--neighbouring {spec.neighbouring}")
     if spec.noise_multiplier is not None:
         raise UsageError(f"{name} calibrates its noise to --epsilon; it takes no --noise-multiplier")
     if spec.sampler is not None:
@@ -279,6 +286,46 @@ def _refuse_gradient_options(spec: RunSpec, method: type[ReleaseMethod]) -> None
         raise UsageError(f"epsilon must be a finite number > 0, got {spec.epsilon}")
     if spec.delta is not None and not 0 < spec.delta < 1:
         raise UsageError(f"delta must lie in (0, 1), got {spec.delta}")
+
+
+def _prepare(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[Task]):
+    """Check ``spec`` and load the data: (method, hyperparameters, task options, task, data, δ, ε)."""
+    _refuse_gradient_options(spec, method_class)
+    hp, options = resolve_hyperparameters(method_class, task_class, spec.overrides)
+    try:
+        method = method_class(hp)
+    except ValueError as error:
+        raise UsageError(f"{method_class.name}: {error}") from None
+    streams.seed_run(spec.seed)
+    task = task_class(**options)
+    data = task.prepare(spec.seed)
+    if not isinstance(task.model, torch.nn.Linear) or not hasattr(task, "classes"):
+        raise UsageError(f"{method_class.name} trains linear classifiers; task {task_class.name} is not one")
+    n = data.n_train
+    delta = spec.delta if spec.delta is not None else task_class.defaults.get("delta", 1 / n**2)
+    if delta >= 1 / n and not spec.force_delta:
+        raise UsageError(f"delta={delta:g} is not below 1/n = {1 / n:g} for n={n}: such a delta allows releasing "
+                         f"an example outright; pass --force-delta to run anyway")
+    epsilon = spec.epsilon if spec.epsilon is not None else task_class.defaults.get("epsilon", 1.0)
+    if isinstance(method, OutputPerturbationMethod) and method.hp["batch_size"] > n:
+        raise UsageError(f"batch size {method.hp['batch_size']} exceeds the {n} training examples")
+    return method, hp, options, task, data, delta, epsilon
+
+
+def _accounting(method: ReleaseMethod) -> tuple[str, str]:
+    """(accountant, sampler) as the record names them."""
+    if isinstance(method, OutputPerturbationMethod):
+        return "gaussian-pld (dp-accounting) + basic composition over classifiers", method.sampler
+    return "AMP theorem (Iyengar et al. 2019) + basic composition", "none (full data)"
+
+
+def describe(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[Task]) -> dict[str, Any]:
+    """The identity fields (``engine.IDENTITY_FIELDS``) a run of ``spec`` would record, without training."""
+    method, hp, options, task, data, delta, epsilon = _prepare(spec, method_class, task_class)
+    accountant, sampler = _accounting(method)
+    return {**records.provenance(task_class, method_class, data, spec.seed, hp | options, spec.overrides),
+            "delta": delta, "epsilon_target": epsilon, "neighbouring": NEIGHBOURS, "accountant": accountant,
+            "sampler": sampler}
 
 
 @torch.no_grad()
@@ -301,50 +348,29 @@ def run(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[Task]
     as no noisy gradient is released; ``privacy_ledger`` lists every release with its (ε, δ), noise and
     sensitivity, and ``epsilon``/``delta`` are their sums.
     """
-    _refuse_gradient_options(spec, method_class)
-    hp, options = resolve_hyperparameters(method_class, task_class, spec.overrides)
-    try:
-        method = method_class(hp)
-    except ValueError as error:
-        raise UsageError(f"{method_class.name}: {error}") from None
-
-    pl.seed_everything(spec.seed, verbose=False)
-    task = task_class(**options)
-    data = task.prepare()
-    if not isinstance(task.model, torch.nn.Linear) or not hasattr(task, "classes"):
-        raise UsageError(f"{method_class.name} trains linear classifiers; task {task_class.name} is not one")
+    method, hp, options, task, data, delta, epsilon = _prepare(spec, method_class, task_class)
     n = data.n_train
-    delta = spec.delta if spec.delta is not None else task_class.defaults.get("delta", 1 / n**2)
-    if delta >= 1 / n and not spec.force_delta:
-        raise UsageError(f"delta={delta:g} is not below 1/n = {1 / n:g} for n={n}: such a delta allows releasing "
-                         f"an example outright; pass --force-delta to run anyway")
-    epsilon = spec.epsilon if spec.epsilon is not None else task_class.defaults.get("epsilon", 1.0)
-
-    if isinstance(method, OutputPerturbationMethod) and method.hp["batch_size"] > n:
-        raise UsageError(f"batch size {method.hp['batch_size']} exceeds the {n} training examples")
     x = clip_rows(data.x_train.double(), method.input_norm)
     labels = data.y_train
     if task.classes == 2:
         targets = labels.double()[:, None]
     else:
         targets = torch.nn.functional.one_hot(labels, task.classes).double()
-    generator = torch.Generator().manual_seed(spec.seed)
     started = time.perf_counter()
     try:
         if isinstance(method, OutputPerturbationMethod):
-            theta, ledger, steps = output_perturbation(method, x, targets, epsilon, delta, generator)
-            sampler, sample_rate = method.sampler, method.hp["batch_size"] / n
+            theta, ledger, steps = output_perturbation(method, x, targets, epsilon, delta, spec.seed)
+            sample_rate = method.hp["batch_size"] / n
             noise_multiplier = ledger[0].noise_std / ledger[0].sensitivity
-            accountant = "gaussian-pld (dp-accounting) + basic composition over classifiers"
         else:
             theta, ledger, steps, calibration = approximate_minima_perturbation(method, x, targets, epsilon, delta,
-                                                                                generator)
-            sampler, sample_rate = "none (full data)", 1.0
+                                                                                spec.seed)
+            sample_rate = 1.0
             noise_multiplier = calibration.sigma_objective / calibration.objective_sensitivity
-            accountant = "AMP theorem (Iyengar et al. 2019) + basic composition"
     except ValueError as error:
         raise UsageError(f"{method_class.name}: {error}") from None
     train_seconds = time.perf_counter() - started
+    accountant, sampler = _accounting(method)
 
     spent_epsilon = sum(entry.epsilon for entry in ledger)
     spent_delta = sum(entry.delta for entry in ledger)
@@ -355,11 +381,12 @@ def run(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[Task]
         task.model.bias.zero_()
     metrics = _test_metrics(task, clip_rows(data.x_test, method.input_norm), data.y_test)
     record = {
-        **records.provenance(task_class.name, method_class.name, data, spec.seed, hp | options, spec.overrides),
+        **records.provenance(task_class, method_class, data, spec.seed, hp | options, spec.overrides),
         "private": True,
         "epsilon": spent_epsilon,
         "epsilon_target": epsilon,
         "delta": spent_delta,
+        "neighbouring": NEIGHBOURS,
         "noise_multiplier": noise_multiplier,
         "sample_rate": sample_rate,
         "steps": steps,

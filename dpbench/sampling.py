@@ -2,7 +2,8 @@
 
 Each sampler yields, per training step, a list of ``releases_per_step`` independent batches (tensors of
 example indices; a Poisson batch may be empty). Draws depend only on (seed, epoch, position), so runs are
-reproducible and a resumed epoch draws the same batches.
+reproducible and a resumed epoch draws the same batches; each epoch's draws come from the run's ``sampler`` stream
+at that epoch (:mod:`dpbench.streams`), which no other draw of the run shares.
 """
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import math
 import torch
 from torch.utils.data import Dataset, Sampler
 
+from dpbench import streams
+
 
 def _generator(seed: int, epoch: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return streams.generator(seed, "sampler", epoch)
 
 
 def _chunk(n: int, sample_rate: float) -> int:

@@ -29,10 +29,9 @@ from dpbench.method import ReleaseMethod
 Cell = tuple[tuple[str, str, float | None], list[int]]  # ((task, method, ε), seeds)
 
 
-def _done(records: list[dict[str, Any]]) -> set[tuple]:
-    """(task, method, target ε, seed) of the stored runs that used default settings (no tuning, no overrides)."""
-    return {(r["task"], r["method"], r["epsilon_target"], r["seed"]) for r in records
-            if r.get("tuning") is None and not r.get("overrides")}
+def _stored(records: list[dict[str, Any]]) -> set[tuple[str, int]]:
+    """(identity, seed) of the stored untuned runs (:func:`dpbench.engine.identity`: settings, code, ledger)."""
+    return {(engine.identity(r), r["seed"]) for r in records if r.get("tuning") is None}
 
 
 def planned_runs(grid: dict[str, Any]) -> list[tuple[str, str, float | None, int]]:
@@ -45,13 +44,23 @@ def planned_runs(grid: dict[str, Any]) -> list[tuple[str, str, float | None, int
     return runs
 
 
-def _pending_groups(runs, done):
-    """The planned runs not yet stored, as {(task, method, ε): [seeds]} in plan order."""
+def _pending_groups(runs, stored) -> tuple[dict[tuple[str, str, float | None], list[int]], dict[tuple, str]]:
+    """The planned runs without a stored record of the same identity and seed, as {(task, method, ε): [seeds]} in
+    plan order, and the cells the engine refuses, {(task, method, ε): reason}. A stored record counts only if it
+    ran the settings and code a run would run now, under the current ledger version."""
     groups: dict[tuple[str, str, float | None], list[int]] = {}
+    identities: dict[tuple[str, str, float | None], str] = {}
+    refused: dict[tuple[str, str, float | None], str] = {}
     for task, method, epsilon, seed in runs:
-        if (task, method, epsilon, seed) not in done:
-            groups.setdefault((task, method, epsilon), []).append(seed)
-    return groups
+        key = (task, method, epsilon)
+        if key not in identities and key not in refused:
+            try:
+                identities[key] = engine.describe(RunSpec(method=method, task=task, epsilon=epsilon))
+            except UsageError as error:
+                refused[key] = str(error)
+        if key in identities and (identities[key], seed) not in stored:
+            groups.setdefault(key, []).append(seed)
+    return groups, refused
 
 
 def jobs(cells: list[Cell], methods: dict[str, type]) -> list[Cell]:
@@ -104,9 +113,17 @@ def run_grid(grid: dict[str, Any], workers: int = 1) -> dict[str, int]:
     if workers < 1:
         raise UsageError(f"workers must be at least 1, got {workers}")
     runs = planned_runs(grid)
-    cells = jobs(list(_pending_groups(runs, _done(store.load())).items()), known_methods)
+    pending, refused_cells = _pending_groups(runs, _stored(store.load()))
+    cells = jobs(list(pending.items()), known_methods)
     counts = {"ran": 0, "already stored": len(runs) - sum(len(seeds) for _, seeds in cells), "refused": 0}
     refused: set[tuple[str, str]] = set()
+    for (task, method, epsilon), reason in refused_cells.items():
+        if (task, method) not in refused:
+            print(f"sweep: {method} on {task} refused: {reason}", file=sys.stderr)
+        refused.add((task, method))
+        count = sum(1 for run in runs if run[:3] == (task, method, epsilon))
+        counts["refused"] += count
+        counts["already stored"] -= count
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         if workers == 1:

@@ -12,6 +12,7 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
+from dpbench import streams
 from dpbench.privacy import DataRelease
 
 
@@ -68,12 +69,26 @@ class Task(pl.LightningModule):
         self.settings = {**self.options, **options}
         self.data: TaskData | None = None
         self.model: nn.Module | None = None
+        self.seed = 0
+        self._generators: dict[str, torch.Generator] = {}
 
-    def prepare(self) -> TaskData:
-        """Load the data and build the model (call once, after seeding)."""
+    def prepare(self, seed: int = 0) -> TaskData:
+        """Load the data and build the model for run seed ``seed`` (call once). Each phase draws from its own
+        stream (:mod:`dpbench.streams`): the global generator is seeded with stream ``data`` before
+        :meth:`load_data` and with stream ``init`` before :meth:`build_model`."""
+        self.seed, self._generators = seed, {}
+        streams.seed_globals(seed, "data")
         self.data = self.load_data()
+        streams.seed_globals(seed, "init")
         self.model = self.build_model(self.data)
         return self.data
+
+    def rng(self, purpose: str) -> torch.Generator:
+        """The task's own CPU generator for ``purpose`` (e.g. ``augmentation``, ``dp-pca``, or ``task:NAME``),
+        on a stream of the run seed that nothing else draws from; the same object on every call of a run."""
+        if purpose not in self._generators:
+            self._generators[purpose] = streams.generator(self.seed, purpose)
+        return self._generators[purpose]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)
@@ -81,7 +96,8 @@ class Task(pl.LightningModule):
     def augment(self, x: torch.Tensor) -> torch.Tensor:
         """Random data augmentation of a training batch, example by example (e.g. crop and flip); none by default.
 
-        It must treat each example independently: the engine applies it before per-example clipping."""
+        It must treat each example independently (the engine applies it before per-example clipping) and draw from
+        ``self.rng("augmentation")``."""
         return x
 
     def gradient_norm_bound(self) -> float | None:

@@ -81,7 +81,7 @@ import sqlalchemy
 import torch
 from dp_accounting import rdp
 
-from dpbench import engine, records, store, tracking
+from dpbench import engine, records, store, streams, tracking
 from dpbench.data import dpbench_home
 from dpbench.engine import UsageError
 from dpbench.method import Method, ReleaseMethod
@@ -162,8 +162,8 @@ def tnb_gamma(eta: int, mean: float) -> float:
 
 
 def draw_k(distribution: dict[str, Any], seed: int) -> int:
-    """K from its distribution, with a generator seeded by the tuning seed only (never by the data)."""
-    rng = np.random.default_rng([seed, 0x4B])
+    """K from its distribution, on the tuning seed's ``tuning-k`` stream (never from the data)."""
+    rng = streams.numpy_generator(seed, "tuning-k")
     mean = distribution["mean"]
     if distribution["name"] == "poisson":
         return int(rng.poisson(mean))
@@ -233,13 +233,13 @@ class ValidationSplit:
     module docstring): passed to the engine as ``RunSpec.validation``."""
 
     fraction: float
-    seed: int
+    seed: int  # the tuning seed
     noise_multiplier: float  # σ_v, the standard deviation of the noise on the count of correct predictions
-    noise_seed: int
+    trial: int  # the trial's number: its score noise is stream ``score-noise`` of the tuning seed at this index
 
     def mask(self, n: int) -> torch.Tensor:
-        """True for the examples in V: one coin per position, from the seed alone."""
-        return torch.rand(n, generator=torch.Generator().manual_seed(self.seed)) < self.fraction
+        """True for the examples in V: one coin per position, from the tuning seed's ``tuning-split`` stream."""
+        return torch.rand(n, generator=streams.generator(self.seed, "tuning-split")) < self.fraction
 
     def split(self, data: TaskData) -> tuple[TaskData, tuple[torch.Tensor, torch.Tensor, int]]:
         held = self.mask(data.n_train)
@@ -255,7 +255,8 @@ class ValidationSplit:
             correct = sum(float(task.per_example_metrics(task(xs), ys)["accuracy"].sum())
                           for xs, ys in zip(x.split(4096), y.split(4096)))
         task.train(was_training)
-        noise = self.noise_multiplier * float(torch.randn((), generator=torch.Generator().manual_seed(self.noise_seed)))
+        noise = self.noise_multiplier * float(torch.randn((), generator=streams.generator(self.seed, "score-noise",
+                                                                                          self.trial)))
         return {"noisy_accuracy": (correct + noise) / (self.fraction * n)}
 
 
@@ -332,6 +333,7 @@ def plan(spec: TuneSpec) -> Plan:
         raise UsageError(f"--search {sampler} is not allowed in mode {spec.mode}: choose "
                          f"{', '.join(MODE_SAMPLERS[spec.mode])}" + (" (Papernot & Steinke's bound needs i.i.d. "
                                                                      "trials)" if spec.mode == "random-stopping" else ""))
+    engine.check_seed(spec.seed)
     if not 0 < spec.validation_fraction < 1:
         raise UsageError(f"validation fraction must lie in (0, 1), got {spec.validation_fraction}")
     if spec.heartbeat_interval < 1:
@@ -444,13 +446,14 @@ def _storage(url: str, heartbeat_interval: int, attempts: int = 5) -> optuna.sto
 
 
 def _sampler(plan_: Plan, trial_number: int) -> optuna.samplers.BaseSampler:
-    """Trial k's sampler, seeded from the tuning seed and k so that workers do not repeat each other's draws
-    (QMC: one scrambled sequence for the whole study, indexed by Optuna across workers)."""
-    seed = plan_.spec.seed * 1_000_003 + trial_number
+    """Trial k's sampler, on the tuning seed's ``tuning-search`` stream at k, so that workers do not repeat each
+    other's draws (QMC: one scrambled sequence for the whole study, indexed by Optuna across workers)."""
+    seed = streams.derive(plan_.spec.seed, "tuning-search", trial_number) % 2**32
     if plan_.config["sampler"] == "qmc":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.QMCSampler(scramble=True, seed=plan_.spec.seed, warn_independent_sampling=False,
+            return optuna.samplers.QMCSampler(scramble=True, seed=streams.derive(plan_.spec.seed, "tuning-search") % 2**32,
+                                              warn_independent_sampling=False,
                                               warn_asynchronous_seeding=False)
     if plan_.config["sampler"] == "tpe":
         return optuna.samplers.TPESampler(seed=seed)
@@ -527,16 +530,19 @@ class _Heartbeat:
 
 
 def _trial_run_spec(plan_: Plan, params: dict[str, Any], number: int) -> engine.RunSpec:
-    spec, trial_seed = plan_.spec, plan_.spec.seed * 1_000_003 + number
-    common = dict(method=spec.method, task=spec.task, delta=plan_.delta, seed=trial_seed,
+    """Trial ``number``'s run: its seed from the tuning seed's ``tuning-trial`` stream; in the private modes Poisson
+    sampling (what the per-trial event assumes, whatever the method's default sampler) at the planned σ."""
+    spec = plan_.spec
+    common = dict(method=spec.method, task=spec.task, delta=plan_.delta,
+                  seed=streams.child_seed(spec.seed, "tuning-trial", number),
                   overrides={**spec.overrides, **params}, plugins=spec.plugins, progress_bar=False, no_wandb=True,
                   append_to_store=False)
     if spec.mode == "oracle":
         return engine.RunSpec(epsilon=spec.epsilon if plan_.method.private else None, **common)
     validation = ValidationSplit(plan_.validation["fraction"], plan_.validation["seed"],
-                                 plan_.validation["noise_multiplier"], trial_seed)
-    return engine.RunSpec(noise_multiplier=plan_.trial.noise_multiplier, accountant="rdp", validation=validation,
-                          **common)
+                                 plan_.validation["noise_multiplier"], number)
+    return engine.RunSpec(noise_multiplier=plan_.trial.noise_multiplier, accountant="rdp", sampler="poisson",
+                          neighbouring="add-remove", validation=validation, **common)
 
 
 def _suggest(trial: optuna.Trial, name: str, distribution: optuna.distributions.BaseDistribution) -> Any:
@@ -561,9 +567,11 @@ def _run_trial(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBSto
             params = {name: _suggest(trial, name, distribution) for name, distribution in plan_.distributions.items()}
             record = engine.run(_trial_run_spec(plan_, params, number))
             if plan_.trial is not None and (record["sample_rate"] != plan_.trial.sample_rate or
-                                            record["gradient_evaluations"] != plan_.trial.releases):
-                raise RuntimeError(f"trial {number} ran q={record['sample_rate']}, {record['gradient_evaluations']} "
-                                   f"releases; planned q={plan_.trial.sample_rate}, {plan_.trial.releases}")
+                                            record["gradient_evaluations"] != plan_.trial.releases or
+                                            record["sampler"] != "poisson" or record["neighbouring"] != "add-remove"):
+                raise RuntimeError(f"trial {number} ran {record['sampler']} q={record['sample_rate']}, "
+                                   f"{record['gradient_evaluations']} releases ({record['neighbouring']}); planned "
+                                   f"poisson q={plan_.trial.sample_rate}, {plan_.trial.releases} (add-remove)")
             trial.set_user_attr("record", record)
             value = (record["validation"]["noisy_accuracy"] if plan_.trial is not None
                      else record["metrics"]["test_accuracy"])
@@ -603,6 +611,13 @@ def ledger(study: optuna.Study) -> dict[str, Any]:
 
 # ---- the release ---------------------------------------------------------------------------------------------
 
+#: The keys of a released record's ``tuning``: nothing that depends on K or on the trials not selected.
+PUBLIC_TUNING_FIELDS = frozenset({
+    "mode", "sampler", "search_space", "selected_params", "study", "storage", "private", "selected_by", "trials",
+    "note", "per_trial_epsilon", "selected_score", "accountant", "noise_multiplier", "sample_rate",
+    "gradient_evaluations", "per_trial_delta", "per_trial_event", "validation", "k_distribution", "total_event"})
+
+
 def released_record(plan_: Plan, study: optuna.Study, storage_url: str) -> dict[str, Any]:
     """The selected trial's record with the tuning's totals (the only thing that leaves the study)."""
     spec, config = plan_.spec, plan_.config
@@ -619,12 +634,12 @@ def released_record(plan_: Plan, study: optuna.Study, storage_url: str) -> dict[
     record = dict(best.user_attrs["record"])
     for key in ("run_id", "created_at", "validation"):  # no validation in oracle mode
         record.pop(key, None)
-    tuning = {"mode": spec.mode, "trials_run": k, "trials_completed": len(complete),
-              "trials_failed": k - len(complete), "sampler": config["sampler"], "search_space": plan_.space,
-              "selected_trial": best.number, "selected_params": best.params, "trial_seed": record["seed"],
-              "study": study.study_name, "storage": redacted(storage_url)}
+    # Only what is public leaves the study: for random stopping, K and the other trials (how many ran or failed,
+    # which one won, its seed) must stay hidden, or the release is best-of-k for a known k (PUBLIC_TUNING_FIELDS).
+    tuning = {"mode": spec.mode, "sampler": config["sampler"], "search_space": plan_.space,
+              "selected_params": best.params, "study": study.study_name, "storage": redacted(storage_url)}
     if spec.mode == "oracle":
-        tuning.update({"private": False, "selected_by": "test accuracy (not private)",
+        tuning.update({"private": False, "selected_by": "test accuracy (not private)", "trials": int(spec.trials),
                        "note": "tuning not private: trials were selected on the test set; epsilon covers one "
                                "trial's training only", "per_trial_epsilon": record["epsilon"]})
     else:
@@ -643,11 +658,14 @@ def released_record(plan_: Plan, study: optuna.Study, storage_url: str) -> dict[
         if spec.mode == "random-stopping":
             tuning["k_distribution"] = distribution
             tuning["total_event"] = "RepeatAndSelect(per_trial_event, k_distribution.mean, shape)"
-        else:
-            tuning["total_event"] = "SelfComposed(per_trial_event, trials_run)"
+        else:  # adaptive: the number of trials is the user's, public, and every trial is charged
+            tuning["trials"] = int(spec.trials)
+            tuning["total_event"] = "SelfComposed(per_trial_event, trials)"
         record.update({"epsilon": total, "accountant": "rdp"})
     record.update({"seed": spec.seed, "epsilon_target": spec.epsilon, "delta": plan_.delta if
                    plan_.method.private else None, "tuning": tuning})
+    if not set(tuning) <= PUBLIC_TUNING_FIELDS:
+        raise RuntimeError(f"the released tuning record would carry {sorted(set(tuning) - PUBLIC_TUNING_FIELDS)}")
     return records.seal(record)
 
 

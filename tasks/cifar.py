@@ -48,19 +48,20 @@ class Normalize(nn.Module):
         return (images.float() / 255 - self.mean) / self.std
 
 
-def random_crop_flip(images: torch.Tensor, padding: int = 4) -> torch.Tensor:
+def random_crop_flip(images: torch.Tensor, padding: int = 4, generator: torch.Generator | None = None) -> torch.Tensor:
     """Each image on its own: zero-pad by ``padding`` pixels on every side, crop a window of the original size at
     offsets drawn uniformly from 0..2·padding, and mirror it left-right with probability 1/2.
 
     This is torchvision's ``RandomCrop(32, padding=4)`` then ``RandomHorizontalFlip()`` on the uint8 image, before
-    normalization (padding is black), as in the DP-AdamBC and ADADP code. Draws come from torch's global generator,
-    three per image, so one image's result never depends on another's pixels."""
+    normalization (padding is black), as in the DP-AdamBC and ADADP code. Draws (three per image, on the CPU) come
+    from ``generator`` (the task's ``augmentation`` stream in training; torch's global generator if None), so one
+    image's result never depends on another's pixels."""
     n, channels, height, width = images.shape
     device = images.device
     padded = F.pad(images, (padding, padding, padding, padding))
-    top = torch.randint(0, 2 * padding + 1, (n,), device=device)
-    left = torch.randint(0, 2 * padding + 1, (n,), device=device)
-    flip = torch.randint(0, 2, (n,), device=device).bool()
+    top = torch.randint(0, 2 * padding + 1, (n,), generator=generator).to(device)
+    left = torch.randint(0, 2 * padding + 1, (n,), generator=generator).to(device)
+    flip = torch.randint(0, 2, (n,), generator=generator).bool().to(device)
     rows = top[:, None] + torch.arange(height, device=device)
     columns = left[:, None] + torch.arange(width, device=device)
     columns = torch.where(flip[:, None], columns.flip(1), columns)  # a mirrored crop is the crop mirrored
@@ -139,7 +140,7 @@ class CIFAR10CNN(Classification):
             f"{IMAGENET_MEAN} and std {IMAGENET_STD} (as the DP-AdamBC code does); {augmentation}."))
 
     def augment(self, x: torch.Tensor) -> torch.Tensor:
-        return random_crop_flip(x) if self.settings["augment"] else x
+        return random_crop_flip(x, generator=self.rng("augmentation")) if self.settings["augment"] else x
 
     def build_model(self, data: TaskData) -> nn.Module:
         self.classes = 10

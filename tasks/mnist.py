@@ -16,8 +16,8 @@
 * ``adaclip``: Pichapati et al. (AdaCliP), Section 6 and Table 2: "784 dimensional input is projected to 60
   dimensions using differentially private PCA and then a neural network with a single hidden layer of 1000 units
   is trained", "similar to the one in" Abadi et al. 2016. Pixels in [0, 1] (AdaCliP divides by 255). The PCA is
-  :func:`dpbench.pca.dp_pca` on the training split only, drawn from torch's global generator (seeded by the
-  engine before ``prepare``), so every run draws its own noise; the test set is projected with the released
+  :func:`dpbench.pca.dp_pca` on the training split only, its noise drawn from the run's own ``dp-pca`` stream
+  (``Task.rng``), so every run draws its own noise and no other draw of the run shares it; the test set is projected with the released
   directions. The network follows Abadi et al.'s code (tensorflow/models ``differential_privacy/dp_sgd``,
   ``dp_mnist.py`` and ``utils.BuildNetwork``): projection x ↦ Vᵀx without centering, then 60-1000 ReLU and
   1000-10 layers without biases, weights from a normal with std 1/√(fan-in) truncated at 2 std.
@@ -113,7 +113,7 @@ class MNISTMLP(Classification):
                 preprocessing=f"{data.preprocessing} Then (x − {ADADP_MEAN})/{ADADP_STD} per pixel (fixed constants).")
         if network == "adaclip":
             projection, release = dp_pca(data.x_train, self.settings["pca_dims"],
-                                         self.settings["pca_noise_multiplier"])
+                                         self.settings["pca_noise_multiplier"], self.rng("dp-pca"))
             return replace(
                 data, x_train=data.x_train @ projection, x_test=data.x_test @ projection,
                 preprocessing=f"{data.preprocessing} Then projected onto {release.description}; the test set is "

@@ -6,7 +6,7 @@ import pytest
 import torch
 from scipy.stats import norm
 
-from dpbench import registry, release
+from dpbench import registry, release, streams
 from dpbench.cli import main
 from dpbench.release import AMPCalibration
 
@@ -158,8 +158,7 @@ class Unconverged(AMP):
 def test_a_solver_that_misses_gamma_is_not_released():
     x, y, _ = problem()
     with pytest.raises(RuntimeError, match="gradient norm"):
-        release.approximate_minima_perturbation(Unconverged(AMP.defaults), x, y[:, None], 1.0, 1e-6,
-                                                torch.Generator().manual_seed(0))
+        release.approximate_minima_perturbation(Unconverged(AMP.defaults), x, y[:, None], 1.0, 1e-6, 0)
 
 
 def test_noise_is_drawn_by_the_release_module_with_the_calibrated_scales():
@@ -174,16 +173,13 @@ def test_noise_is_drawn_by_the_release_module_with_the_calibrated_scales():
             seen.append((regularization, linear_term.clone()))
             return super().solve(x, y, regularization, linear_term, gamma)
 
-    generator = torch.Generator().manual_seed(4)
-    theta, ledger, _, c = release.approximate_minima_perturbation(Recording(AMP.defaults), x, y[:, None], 1.0, 1e-6,
-                                                                  generator)
-    replay = torch.Generator().manual_seed(4)
-    b1 = c.sigma_objective * torch.randn(5, generator=replay, dtype=torch.float64)
+    theta, ledger, _, c = release.approximate_minima_perturbation(Recording(AMP.defaults), x, y[:, None], 1.0, 1e-6, 4)
+    b1 = c.sigma_objective * torch.randn(5, generator=streams.generator(4, "objective-noise"), dtype=torch.float64)
     [(regularization, linear_term)] = seen
     assert regularization == c.regularization
     torch.testing.assert_close(linear_term, b1)
     approx, _ = AMP(AMP.defaults).solve(x, y, c.regularization, b1, c.gamma)
-    b2 = c.sigma_out * torch.randn(5, generator=replay, dtype=torch.float64)
+    b2 = c.sigma_out * torch.randn(5, generator=streams.generator(4, "output-noise"), dtype=torch.float64)
     torch.testing.assert_close(theta[:, 0], approx + b2)
     assert [(e.epsilon, e.delta) for e in ledger] == [(c.epsilon_objective, c.delta_objective),
                                                        (c.epsilon_out_spent, c.delta_out)]

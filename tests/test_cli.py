@@ -88,6 +88,28 @@ def test_plugin_folder_and_environment_variable(capsys, monkeypatch):
     assert record["method"] == "dp_nesterov" and record["epsilon"] <= 1
 
 
+def test_a_record_names_the_code_that_ran_it(capsys, tmp_path):
+    """Which plugin file produced a run, and the sha256 of its source: after an edit, another code hash."""
+    plugin = tmp_path / "mine.py"
+    plugin.write_text(textwrap.dedent("""
+        from dpbench.methods.dpsgd import DPSGD
+
+        class Mine(DPSGD):
+            name = "mine"
+            description = "DP-SGD under another name (test plugin)"
+    """))
+    args = ("--plugins", str(tmp_path), "--method", "mine", "--task", "breast_cancer", "--epsilon", "1", "--epochs", "1")
+    first = run_json(capsys, *args)
+    assert first["code"]["method"]["file"] == str(plugin) and first["code"]["method"]["external"] is True
+    assert first["code"]["task"] == {**first["code"]["task"], "file": "tasks/linear.py", "external": False}
+    assert first["ledger_version"] >= 2
+    plugin.write_text(plugin.read_text() + "\n# edited\n")
+    second = run_json(capsys, *args)
+    assert second["code"]["method"]["sha256"] != first["code"]["method"]["sha256"]
+    dpsgd = run_json(capsys, "--method", "dpsgd", "--task", "breast_cancer", "--epsilon", "1", "--epochs", "1")
+    assert dpsgd["code"]["method"]["file"] == "methods/dpsgd.py" and dpsgd["code"]["method"]["external"] is False
+
+
 def test_entry_point_plugin(capsys, tmp_path, monkeypatch):
     (tmp_path / "my_dp_package.py").write_text(textwrap.dedent("""
         from dpbench.methods.dpsgd import DPSGD
@@ -131,6 +153,14 @@ def test_the_record_names_its_noise_sampler(capsys):
     (["--method", "nonprivate", "--task", "digits", "--epsilon", "1"], "not private"),
     (["--method", "nonprivate", "--task", "digits", "--set", "optimizer=lbfgs"], "optimizer must be"),
     (["--method", "dpgd", "--task", "digits", "--batch-size", "10"], "full batches"),
+    (["--method", "dpsgd", "--task", "digits", "--seed", "-1"], "seed must be a whole number"),
+    (["--method", "output_perturbation", "--task", "digits", "--seed", "-1"], "seed must be a whole number"),
+    (["--method", "dpsgd", "--task", "digits", "--sampler", "shuffle", "--neighbouring", "add-remove"],
+     "replace-one neighbours only"),
+    (["--method", "dpsgd", "--task", "digits", "--accountant", "rdp", "--neighbouring", "replace-one"],
+     "no replace-one analysis"),
+    (["--method", "amp", "--task", "digits", "--neighbouring", "add-remove"], "replace-one neighbours only"),
+    (["--method", "nonprivate", "--task", "digits", "--neighbouring", "add-remove"], "not private"),
 ])
 def test_bad_input_is_refused(refused, args, message):
     assert message in refused("run", *args)

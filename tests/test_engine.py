@@ -5,7 +5,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from dpbench import registry
+from dpbench import registry, streams
 from dpbench.engine import PrivateTraining, RunSpec, UsageError, resolve_hyperparameters, run
 from dpbench.method import Method
 from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
@@ -79,10 +79,11 @@ def test_release_is_the_noise_plus_the_clipped_sum_over_expected_batch_size():
     assert torch.cat([n.flatten() for n in noise]).std().item() == pytest.approx(sigma * clip / expected, rel=0.1)
 
 
-def test_noise_torch_draws_what_runs_drew_before_dpbench_had_its_own_sampler():
-    """One ``normal_`` per parameter from a generator seeded with the run seed, as ``draw_noise`` did until e8bbaaa."""
+def test_noise_torch_draws_one_normal_per_parameter_from_the_runs_noise_stream():
+    """One ``normal_`` per parameter from a generator on the run's ``gradient-noise`` stream (until ledger version
+    2 it was seeded with the run seed itself, the state of the initial weights)."""
     module, _ = module_for("dpsgd", 2.0, 40.0, noise="torch", clip=0.5)
-    generator = torch.Generator().manual_seed(0)
+    generator = streams.generator(0, "gradient-noise")
     for drawn, param in zip(module.draw_noise(module.params()), module.params()):
         assert torch.equal(drawn, torch.empty_like(param).normal_(0.0, 2.0 * 0.5 / 40.0, generator=generator))
 

@@ -172,3 +172,38 @@ def test_patch_gram_equals_that_of_unfolded_patches(kernel, stride, padding, dil
     x = torch.randn(5, 3, 9, 11, dtype=torch.float64)
     patches = torch.nn.functional.unfold(x, layer.kernel_size, layer.dilation, layer.padding, layer.stride)
     torch.testing.assert_close(_patch_gram(x, layer), patches.transpose(1, 2) @ patches)
+
+
+class _Residual:
+    """A linear model whose per-example loss is outputᵀy: the output gradient of example i is y_i itself."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, x):
+        return self.model(x)
+
+    def per_example_loss(self, outputs, targets):
+        return (outputs.squeeze(-1) * targets)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_adaclip_transform_never_lets_an_example_contribute_more_than_c(seed):
+    """An adversarial AdaCliP state, ‖M/S‖ ≫ ‖(G_i − M)/S‖ (mean next to one example's gradient, tiny scale): the
+    float32 expansion of the closed form cancelled catastrophically and let an example contribute up to 12·C. The
+    contribution c_i·‖(G_i − M)/S‖ is computed here exactly (float64, materialized) and must stay ≤ C."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(32, 64, generator=generator)
+    y = 10 * torch.randn(32, generator=generator)
+    layer = nn.Linear(64, 1, bias=False)
+    exact_gradients = y.double()[:, None, None] * x.double()[:, None, :]
+    worst = 0.0
+    for relative, scale in [(1e-3, 1e-1), (1e-4, 1e-3), (1e-5, 1e-3), (0.0, 1e-2)]:
+        shift = (y[0] * x[0])[None, :] * (1 + relative)
+        transform = CoordinateAffine([shift], [torch.full_like(shift, scale)])
+        _, norms = GhostClipper().clipped_sum(_Residual(layer), x, y, 1.0, transform)
+        exact = ((exact_gradients - shift.double()) / scale).flatten(1).norm(dim=1)
+        contributions = exact / torch.maximum(norms.double(), torch.tensor(1.0, dtype=torch.float64))
+        worst = max(worst, float(contributions.max()))
+        assert torch.all(norms.double() >= exact * (1 - 1e-6))  # an upper bound of the norm, to rounding
+    assert worst <= 1.0 + 1e-6

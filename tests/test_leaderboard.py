@@ -1,6 +1,7 @@
 """``dpbench leaderboard``: grouping, statistics, the three formats, published rows, and the page in Chromium."""
-import json
 import csv
+import io
+import json
 import math
 import re
 import shutil
@@ -11,6 +12,7 @@ import pytest
 from dpbench import leaderboard, registry, store
 from dpbench.cli import main
 from dpbench.published import PUBLISHED
+from dpbench.records import LEDGER_VERSION
 
 CHROMIUM = shutil.which("chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -26,6 +28,7 @@ def add_run(accuracy=None, **fields):
         "gradient_evaluations": 30, "accountant": "pld", "sampler": "poisson", "train_seconds": 1.0,
         "metrics": {"test_accuracy": 0.8 if accuracy is None else accuracy, "test_loss": 0.5},
         "versions": {}, "git_commit": "abc", "created_at": "2025-01-01T00:00:00+00:00",
+        "neighbouring": "add-remove", "ledger_version": LEDGER_VERSION,
     } | fields
     record["run_id"] = store.content_id(record)
     store.append(record)
@@ -34,7 +37,7 @@ def add_run(accuracy=None, **fields):
 
 def nonprivate_fields():
     return {"method": "nonprivate", "private": False, "epsilon": None, "epsilon_target": None, "delta": None,
-            "accountant": None, "sampler": "shuffle", "noise_multiplier": 0.0}
+            "accountant": None, "sampler": "shuffle", "noise_multiplier": 0.0, "neighbouring": None}
 
 
 def csv_rows(tmp_path, *args):
@@ -248,3 +251,38 @@ def test_end_to_end_two_quick_runs_then_csv(tmp_path, capsys):
     jsonl = tmp_path / "results.jsonl"
     assert main(["leaderboard", "--format", "jsonl", "--out", str(jsonl)]) == 0
     assert [json.loads(line) for line in jsonl.read_text().splitlines()] == records
+
+
+def test_records_of_older_ledger_versions_are_left_out(capsys):
+    """Records made before a privacy fix of the engine (ledger version 1: no field) never reach a board."""
+    old = add_run(0.99, ledger_version=None)
+    add_run(0.7, seed=1)
+    text = markdown(capsys)
+    row = next(line for line in text.splitlines() if line.startswith("| dpsgd |"))
+    assert "0.7" in row and "0.99" not in row and old["run_id"] not in text
+    store.default_path().unlink()
+    add_run(0.99, ledger_version=None)
+    assert main(["leaderboard"]) == 2 and "ledger version" in capsys.readouterr().err
+
+
+def test_relations_never_share_a_table_and_are_named(capsys):
+    add_run(0.8)
+    add_run(0.75, method="output_perturbation", neighbouring="replace-one", accountant="gaussian-pld")
+    text = markdown(capsys)
+    assert text.count("## digits · data digits") == 2
+    assert "ε under add-remove neighbours" in text and "ε under replace-one neighbours" in text
+    rows = {row["method"]: row["neighbouring"] for row in
+            csv.DictReader(io.StringIO(leaderboard.render(store.load(), "csv")))}
+    assert rows == {"dpsgd": "add-remove", "output_perturbation": "replace-one"}
+
+
+def test_runs_of_different_code_never_share_a_cell_and_plugins_are_marked(capsys):
+    """An edited plugin's runs were averaged with the old code's in one cell (0.5153 ± 0.58)."""
+    plugin = lambda sha: {"method": {"name": "mine", "file": "/p/mine.py", "external": True, "sha256": sha}}
+    add_run(0.9, method="mine", code=plugin("a" * 64))
+    add_run(0.1, method="mine", code=plugin("b" * 64), seed=1)
+    text = markdown(capsys)
+    rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| mine")}
+    assert set(rows) == {"| mine [external plugin] (code aaaaaaaa)", "| mine [external plugin] (code bbbbbbbb)"}
+    assert "0.9" in rows["| mine [external plugin] (code aaaaaaaa)"] and "0.1 (n = 1)" in rows[
+        "| mine [external plugin] (code bbbbbbbb)"]

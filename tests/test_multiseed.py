@@ -127,6 +127,25 @@ def test_sweep_batches_the_seeds_it_can_and_resumes(capsys):
     assert run_grid(grid) == {"ran": 0, "already stored": 6, "refused": 0}
 
 
+def test_sweep_reruns_a_cell_whose_stored_records_ran_other_settings_code_or_ledger():
+    """The sweep counted any stored run of the same (task, method, ε, seed) as done, whatever its ledger version,
+    data, δ, hyperparameters or code: records made before a privacy fix would have been reused silently."""
+    from dpbench.sweep import run_grid
+
+    grid = {"tasks": ["breast_cancer"], "methods": ["dpsgd", "output_perturbation"], "epsilons": [1.0], "seeds": 1}
+    assert run_grid(grid) == {"ran": 2, "already stored": 0, "refused": 0}
+    fresh = store.load()
+    for change in [{"ledger_version": 1}, {"delta": 1e-9}, {"data_id": "breast_cancer-v0"},
+                   {"hyperparameters": {"lr": 123.0}}, {"code": {"method": {"sha256": "0" * 64}}}]:
+        store.default_path().unlink()
+        for record in fresh:
+            stale = {**record, **change}
+            stale["run_id"] = store.content_id(stale)
+            store.append(stale)
+        assert run_grid(grid) == {"ran": 2, "already stored": 0, "refused": 0}, change
+    assert run_grid(grid) == {"ran": 0, "already stored": 2, "refused": 0}
+
+
 def test_sweep_starts_the_full_data_methods_and_splits_the_unbatched_ones_by_seed():
     from dpbench.sweep import jobs
 

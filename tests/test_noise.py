@@ -14,7 +14,7 @@ import pytest
 import torch
 from scipy import stats
 
-from dpbench import noise
+from dpbench import noise, streams
 from dpbench.noise import GaussianNoise
 
 REPO = Path(__file__).resolve().parents[1]
@@ -184,14 +184,15 @@ def test_every_instruction_set_gives_the_same_numbers(level, tmp_path):
 
 def test_a_stream_continues_where_the_last_draw_ended():
     sampler = GaussianNoise(seed=5)
+    key = streams.derive(5, "gradient-noise")  # the run's own noise stream
     first, second = sampler.fill_(torch.empty(10), 2.0), sampler.fill_(torch.empty(3, 7), 2.0)
-    assert np.array_equal(first.numpy(), stream(5, 0, 10, 2.0))  # 10 numbers use three blocks
-    assert np.array_equal(second.flatten().numpy(), stream(5, 3, 21, 2.0))
+    assert np.array_equal(first.numpy(), stream(key, 0, 10, 2.0))  # 10 numbers use three blocks
+    assert np.array_equal(second.flatten().numpy(), stream(key, 3, 21, 2.0))
     assert sampler.counter == 3 + 6
 
 
 def test_other_dtypes_and_layouts_get_the_same_float32_numbers():
-    expected = stream(11, 0, 12, 1.5)
+    expected = stream(streams.derive(11, "gradient-noise"), 0, 12, 1.5)
     as_double = GaussianNoise(seed=11).fill_(torch.empty(3, 4, dtype=torch.float64), 1.5)
     assert np.array_equal(as_double.flatten().numpy(), expected.astype(np.float64))
     transposed = GaussianNoise(seed=11).fill_(torch.empty(4, 3).T, 1.5)
@@ -204,7 +205,7 @@ def test_without_the_extension_pytorch_draws_and_records_say_so(monkeypatch):
         sampler = GaussianNoise(seed=3)
     assert sampler.name == "torch normal_ (cpu)"
     drawn = sampler.fill_(torch.empty(1000), 2.0)
-    assert torch.equal(drawn, torch.empty(1000).normal_(0, 2.0, generator=torch.Generator().manual_seed(3)))
+    assert torch.equal(drawn, torch.empty(1000).normal_(0, 2.0, generator=streams.generator(3, "gradient-noise")))
 
 
 def test_refuses_buffers_that_are_not_float32():

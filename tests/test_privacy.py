@@ -40,12 +40,16 @@ def test_full_batch_matches_the_exact_gaussian_mechanism(sigma, steps):
 
 
 def test_shuffled_batches_are_charged_a_gaussian_per_epoch_with_double_sensitivity():
+    """Under replace-one neighbours (the only relation for fixed-size batches) the sum moves by up to 2C."""
     sigma, per_epoch, epochs = 4.0, 10, 3
-    releases = GaussianReleases(0.1, sigma, per_epoch * epochs - 4, "shuffle", per_epoch)  # 3 epochs begun
+    releases = GaussianReleases(0.1, sigma, per_epoch * epochs - 4, "shuffle", per_epoch,
+                                neighbouring="replace-one")  # 3 epochs begun
     eps = releases.epsilon(1e-6)
     assert analytic_gaussian_delta(eps, 2 * math.sqrt(epochs) / sigma) == pytest.approx(1e-6, rel=0.02)
     # ... and never reported as cheap as the same steps with Poisson sampling.
     assert eps > GaussianReleases(0.1, sigma, per_epoch * epochs - 4, "poisson").epsilon(1e-6)
+    with pytest.raises(ValueError, match="replace-one neighbours only"):
+        GaussianReleases(0.1, sigma, 10, "shuffle", per_epoch).epsilon(1e-6)
 
 
 @pytest.mark.parametrize("target", [0.1, 1.0, 8.0])

@@ -13,6 +13,7 @@ from dp_accounting import pld, rdp
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_impl
 
 from dpbench import engine, leaderboard, store, tuning
+from dpbench.privacy import GaussianReleases
 from dpbench.cli import main
 from dpbench.task import TaskData
 from dpbench.tasks.linear import Digits
@@ -130,7 +131,7 @@ def test_a_random_split_between_two_gaussian_mechanisms_costs_at_most_the_larger
 # ---- split and score ---------------------------------------------------------------------------------------------
 
 def test_split_is_data_independent_disjoint_and_complete():
-    split = tuning.ValidationSplit(0.2, seed=3, noise_multiplier=0.0, noise_seed=0)
+    split = tuning.ValidationSplit(0.2, seed=3, noise_multiplier=0.0, trial=0)
     x = torch.arange(1000.0).unsqueeze(1)
     data = TaskData(x, torch.zeros(1000, dtype=torch.long), x[:5], torch.zeros(5, dtype=torch.long), "d", "p")
     other = TaskData(-x, torch.ones(1000, dtype=torch.long), x[:5], torch.zeros(5, dtype=torch.long), "d", "p")
@@ -150,15 +151,15 @@ def test_score_is_the_noisy_count_over_the_expected_size():
         task.model.bias.zero_()
     x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
     y = torch.tensor([0, 1, 1, 2])  # predictions 0, 1, 0, 1: two correct
-    exact = tuning.ValidationSplit(0.1, 0, noise_multiplier=0.0, noise_seed=0).score(task, (x, y, 40))
+    exact = tuning.ValidationSplit(0.1, 0, noise_multiplier=0.0, trial=0).score(task, (x, y, 40))
     assert exact == {"noisy_accuracy": 2 / (0.1 * 40)}
-    scores = [tuning.ValidationSplit(0.1, 0, 5.0, seed).score(task, (x, y, 40))["noisy_accuracy"] * 4
-              for seed in range(4000)]
+    scores = [tuning.ValidationSplit(0.1, 0, 5.0, trial).score(task, (x, y, 40))["noisy_accuracy"] * 4
+              for trial in range(4000)]
     assert np.mean(scores) == pytest.approx(2, abs=0.3) and np.std(scores) == pytest.approx(5.0, rel=0.05)
 
 
 def test_a_trial_trains_on_the_training_part_only_and_is_not_stored():
-    split = tuning.ValidationSplit(0.25, seed=1, noise_multiplier=1.0, noise_seed=0)
+    split = tuning.ValidationSplit(0.25, seed=1, noise_multiplier=1.0, trial=0)
     held = int(split.mask(1437).sum())
     record = engine.run(engine.RunSpec(method="dpsgd", task="digits", noise_multiplier=5.0, overrides={"epochs": 1},
                                        validation=split, append_to_store=False, no_wandb=True, progress_bar=False))
@@ -181,7 +182,7 @@ def reproduce_total(record):
                                                dp_accounting.GaussianDpEvent(tuned["noise_multiplier"]))
     trial = dp_accounting.SelfComposedDpEvent(once, tuned["gradient_evaluations"])
     if tuned["mode"] == "adaptive":
-        event = dp_accounting.SelfComposedDpEvent(trial, tuned["trials_run"])
+        event = dp_accounting.SelfComposedDpEvent(trial, tuned["trials"])
     else:
         k = tuned["k_distribution"]
         shape = math.inf if k["name"] == "poisson" else k["eta"]
@@ -198,10 +199,10 @@ def test_random_stopping_releases_one_trial_with_a_reproducible_total(capsys):
     assert tuned["noise_multiplier"] == record["noise_multiplier"] and tuned["private"]
     study = study_of(record)
     trials = study.get_trials()
-    assert len(trials) == study.user_attrs["k"] == tuned["trials_run"] >= 1
+    assert len(trials) == study.user_attrs["k"] >= 1
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     best = max(trials, key=lambda t: (t.value, -t.number))
-    assert tuned["selected_trial"] == best.number and tuned["selected_params"] == best.params
+    assert tuned["selected_params"] == best.params and tuned["selected_score"] == best.value
     assert record["metrics"] == best.user_attrs["record"]["metrics"]
     assert set(tuned["selected_params"]) == {"lr", "clip"}
     assert {record["hyperparameters"][k] for k in ("lr", "clip")} == set(best.params.values())
@@ -229,7 +230,7 @@ def test_failed_trials_count_and_never_win(capsys, tmp_path):
     trials = study_of(record).get_trials()
     failed = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
     assert len(trials) == 6 and failed and all(t.params["lr"] > 1 for t in failed)
-    assert record["tuning"]["trials_failed"] == len(failed) and record["tuning"]["trials_run"] == 6
+    assert record["tuning"]["trials"] == 6
     assert record["hyperparameters"]["lr"] <= 1
     assert reproduce_total(record) == pytest.approx(record["epsilon"], rel=0.01) and record["epsilon"] <= 1
 
@@ -237,7 +238,7 @@ def test_failed_trials_count_and_never_win(capsys, tmp_path):
 def test_adaptive_composes_every_trial(capsys):
     record = tune_json(capsys, "--method", "adaclip", "--task", "digits", "--epsilon", "2", "--mode", "adaptive",
                        "--epochs", "1", "--trials", "2", "--search", "qmc", "--no-wandb")
-    assert record["tuning"]["sampler"] == "qmc" and record["tuning"]["trials_run"] == 2
+    assert record["tuning"]["sampler"] == "qmc" and record["tuning"]["trials"] == 2
     assert reproduce_total(record) == pytest.approx(record["epsilon"], rel=0.01) and record["epsilon"] <= 2
     assert set(record["tuning"]["selected_params"]) == {"lr", "h2"}
 
@@ -312,7 +313,7 @@ def test_an_interrupted_trial_counts_and_the_study_resumes(capsys, monkeypatch):
     states = [t.state for t in study_of(record).get_trials()]
     assert states == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL,
                       optuna.trial.TrialState.COMPLETE]
-    assert len(calls) == 3 and record["tuning"]["trials_failed"] == 1 and record["tuning"]["trials_run"] == 3
+    assert len(calls) == 3 and record["tuning"]["trials"] == 3
 
 
 def test_only_the_released_record_reaches_wandb(capsys, monkeypatch):
@@ -327,3 +328,43 @@ def test_only_the_released_record_reaches_wandb(capsys, monkeypatch):
                  "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert logged == [record] and trial_loggers == []
+
+
+# ---- what the released record may say (privacy review, ledger version 2) ----------------------------------------
+
+def test_the_release_reveals_neither_k_nor_the_other_trials(capsys):
+    """Random stopping is private only while K and the trials not selected stay hidden: publishing K makes it
+    best-of-k for a known k, which the reported ε does not cover. The record says K's distribution, never K."""
+    record = tune_json(capsys, "--method", "dpsgd", "--task", "digits", "--epsilon", "1", *FAST, "--seed", "3")
+    study = study_of(record)
+    k = study.user_attrs["k"]
+    tuned = record["tuning"]
+    hidden = {"trials_run", "trials_completed", "trials_failed", "selected_trial", "trial_seed", "k", "trials"}
+    assert not hidden & set(tuned), hidden & set(tuned)
+    assert set(tuned) <= tuning.PUBLIC_TUNING_FIELDS
+    assert tuned["k_distribution"]["mean"] == 3.0 and record["seed"] == 3
+    text = json.dumps(record)
+    assert not [t.number for t in study.get_trials() if str(t.user_attrs["record"]["seed"]) in text]  # nor their seeds
+    assert k >= 1
+
+
+def test_trials_sample_as_the_tuning_accountant_assumes_whatever_the_methods_sampler(capsys, tmp_path):
+    """A method whose default sampler is shuffle was tuned under the Poisson accountant (one trial alone cost
+    ε ≈ 9.8 under shuffle accounting for a total reported as 1). Trials now always sample Poisson batches."""
+    (tmp_path / "shuffled.py").write_text(textwrap.dedent("""
+        from dpbench.methods.dpsgd import DPSGD
+
+        class Shuffled(DPSGD):
+            name = "shuffled_dpsgd"
+            description = "DP-SGD whose default sampler is shuffle (test plugin)"
+            default_sampler = "shuffle"
+    """))
+    record = tune_json(capsys, "--plugins", str(tmp_path), "--method", "shuffled_dpsgd", "--task", "digits",
+                       "--epsilon", "1", *FAST)
+    trial_records = [t.user_attrs["record"] for t in study_of(record).get_trials()]
+    assert trial_records and all(r["sampler"] == "poisson" and r["neighbouring"] == "add-remove"
+                                 for r in trial_records)
+    assert record["sampler"] == "poisson" and record["epsilon"] <= 1.0
+    per_trial = GaussianReleases(record["tuning"]["sample_rate"], record["tuning"]["noise_multiplier"],
+                                 record["tuning"]["gradient_evaluations"]).epsilon(record["delta"], "rdp")
+    assert per_trial == pytest.approx(record["tuning"]["per_trial_epsilon"], rel=1e-9)
