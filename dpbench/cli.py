@@ -9,7 +9,7 @@ import math
 import sys
 from typing import Any
 
-from dpbench import allocator, engine, guards, leaderboard, registry, sweep, tuning
+from dpbench import allocator, engine, guards, leaderboard, registry, search, sweep, tuning
 from dpbench.data import DataError
 from dpbench.engine import UsageError
 from dpbench.privacy import (ACCOUNTANTS, NEIGHBOURING, SAMPLERS, GaussianReleases, calibrate_noise_multiplier,
@@ -84,6 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--search", choices=tuning.SAMPLERS,
                       help="Optuna sampler: random (random-stopping: the only one), tpe (adaptive's default), qmc")
     tune.add_argument("--search-space", metavar="FILE", help="JSON search space replacing the method's")
+    tune.add_argument("--neighbouring", choices=NEIGHBOURING, default="add-remove",
+                      help="neighbouring datasets of the total ε: add-remove or replace-one (output perturbation)")
     tune.add_argument("--validation-fraction", type=float, default=0.1,
                       help="share of the training data held out to score trials (private modes)")
     tune.add_argument("--seed", type=int, default=0, help="draws K, the split, the samplers and the trials' seeds")
@@ -127,6 +129,11 @@ def _parser() -> argparse.ArgumentParser:
     board.add_argument("--format", choices=leaderboard.FORMATS, default="md")
     board.add_argument("--out", help="write to this file instead of stdout")
     board.add_argument("--from-wandb", metavar="ENTITY/PROJECT", help="build from the runs logged to a W&B project")
+    board.add_argument("--records", metavar="FILE.jsonl", help="build from a records file instead of the store")
+    board.add_argument("--check", action="store_true",
+                       help="list what is wrong with the board (exit 1 if anything is not explained)")
+    board.add_argument("--exceptions", metavar="FILE.json",
+                       help="explained exceptions for --check (default: exceptions.json beside --records)")
     return parser
 
 
@@ -209,8 +216,15 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "sweep":
             counts = sweep.run_grid(sweep.load_grid(args.grid), args.workers)
             print(", ".join(f"{count} {what}" for what, count in counts.items()))
+        elif args.command == "leaderboard" and args.check:
+            problems = leaderboard.run_check(args.task, args.from_wandb, args.records, args.exceptions)
+            for line in problems:
+                print(line)
+            print(f"dpbench: {len(problems)} unexplained problem(s)" if problems else "dpbench: the board passes its "
+                  "checks", file=sys.stderr)
+            return 1 if problems else 0
         elif args.command == "leaderboard":
-            leaderboard.write(args.format, args.task, args.out, args.from_wandb)
+            leaderboard.write(args.format, args.task, args.out, args.from_wandb, args.records)
         elif args.command == "tune":
             overrides = {key: value for key, value in [("epochs", args.epochs), ("batch_size", args.batch_size)]
                          if value is not None}
@@ -218,8 +232,9 @@ def main(argv: list[str] | None = None) -> int:
             spec = tuning.TuneSpec(
                 method=args.method, task=args.task, epsilon=args.epsilon, delta=args.delta, mode=args.mode,
                 trials=args.trials, k_distribution=args.k_distribution, eta=args.eta, sampler=args.search,
-                validation_fraction=args.validation_fraction, seed=args.seed, overrides=overrides,
-                search_space=tuning.load_search_space(args.search_space) if args.search_space else None,
+                validation_fraction=args.validation_fraction, neighbouring=args.neighbouring, seed=args.seed,
+                overrides=overrides,
+                search_space=search.load_search_space(args.search_space) if args.search_space else None,
                 storage=args.storage, study=args.study, heartbeat_interval=args.heartbeat_interval,
                 plugins=args.plugins, wandb_project=args.wandb_project, wandb_entity=args.wandb_entity,
                 no_wandb=args.no_wandb)

@@ -70,6 +70,8 @@ class RunSpec:
     #: ``score(task, held_out)`` scores the trained model on it; its result is the record's ``validation``.
     validation: Any = None
     append_to_store: bool = True  # False for tuning trials: only the selected trial is released
+    #: The record's ``tuning`` (e.g. the validation track's selection, ``dpbench.validation``); None: untuned.
+    tuning: dict[str, Any] | None = None
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:
@@ -125,7 +127,8 @@ def apply_overrides(hp: dict[str, Any], task: type[Task], method_name: str, over
 
 def resolve_hyperparameters(method: type[Method], task: type[Task], overrides: dict[str, Any],
                             profile: str | None = None):
-    """Method defaults < engine defaults < task defaults < task's per-method defaults < profile < command line.
+    """Method defaults < engine defaults < task defaults (a full-batch method's epochs: the task's ``steps``) <
+    task's per-method defaults < profile < command line.
 
     Returns (hyperparameters, task options). A profile's keys that are neither a hyperparameter of this method
     nor a task option (e.g. another method's) are skipped; its budget keys are read by :func:`plan`.
@@ -135,7 +138,10 @@ def resolve_hyperparameters(method: type[Method], task: type[Task], overrides: d
         del hp["clip"]
     options = dict(task.options)
     profiled = profile_settings(task, method.name, profile)
-    for source in (task.defaults, task.method_defaults.get(method.name, {}), profiled):
+    task_level = dict(task.defaults)
+    if method.full_batch and "steps" in task_level:  # a full-batch method's epochs are its steps
+        task_level["epochs"] = task_level["steps"]
+    for source in (task_level, task.method_defaults.get(method.name, {}), profiled):
         hp.update({key: value for key, value in source.items() if key in hp})
     options.update({key: value for key, value in profiled.items() if key in options})
     hp, options = apply_overrides(hp, task, method.name, overrides, options)
@@ -326,23 +332,38 @@ IDENTITY_FIELDS = ("task", "method", "data_id", "delta", "epsilon_target", "neig
                    "hyperparameters", "overrides", "profile", "code", "ledger_version")
 
 
+#: A tuned record's hyperparameters, sampler and accountant are outputs of its tuning: its identity is the tuning's
+#: configuration (``record["tuning"]["config"]``) instead.
+TUNED_IDENTITY_FIELDS = ("task", "method", "data_id", "delta", "epsilon_target", "neighbouring", "profile", "code",
+                         "ledger_version")
+
+
 def identity(record: dict[str, Any]) -> str:
-    """The canonical JSON of a record's :data:`IDENTITY_FIELDS` (δ to 10 significant digits: release methods record
-    the sum of their parts' δ)."""
-    fields = {key: record.get(key) for key in IDENTITY_FIELDS}
+    """The canonical JSON of a record's :data:`IDENTITY_FIELDS`, or of a tuned record's
+    :data:`TUNED_IDENTITY_FIELDS` and tuning configuration (δ to 10 significant digits: release methods record the
+    sum of their parts' δ)."""
+    tuning = record.get("tuning")
+    fields = {key: record.get(key) for key in (TUNED_IDENTITY_FIELDS if tuning else IDENTITY_FIELDS)}
+    if tuning:
+        fields["tuning"] = tuning.get("config", tuning.get("mode"))
     if fields["delta"] is not None:
         fields["delta"] = float(f"{fields['delta']:.10g}")
     return json.dumps(fields, sort_keys=True)
 
 
-def describe(spec: RunSpec) -> str:
-    """The :func:`identity` a run of ``spec`` would record, without training or calibrating."""
+def describe_record(spec: RunSpec) -> dict[str, Any]:
+    """The record's fields a run of ``spec`` would have before training, without training or calibrating."""
     method, task_class = registered(spec.method, spec.task, spec.plugins)
     if issubclass(method, ReleaseMethod):
         from dpbench import release
 
-        return identity(release.describe(spec, method, task_class))
-    return identity(plan(spec, calibrate=False).record)
+        return release.describe(spec, method, task_class)
+    return plan(spec, calibrate=False).record
+
+
+def describe(spec: RunSpec) -> str:
+    """The :func:`identity` a run of ``spec`` would record, without training or calibrating."""
+    return identity(describe_record(spec))
 
 
 def plan(spec: RunSpec, calibrate: bool = True) -> PlannedRun:
@@ -351,8 +372,8 @@ def plan(spec: RunSpec, calibrate: bool = True) -> PlannedRun:
     method, task_class = registered(spec.method, spec.task, spec.plugins)
     if issubclass(method, ReleaseMethod):
         raise UsageError(f"{method.name} releases through dpbench.release, not by gradient steps")
-    budget = {key: value for key, value in profile_settings(task_class, method.name, spec.profile).items()
-              if key in BUDGET_KEYS}
+    profiled = profile_settings(task_class, method.name, spec.profile)
+    budget = {key: value for key, value in profiled.items() if key in BUDGET_KEYS}
     if method.private and spec.epsilon is None and spec.noise_multiplier is None:  # the profile's budget
         spec = replace(spec, epsilon=budget.get("epsilon"), noise_multiplier=budget.get("noise_multiplier"))
     if spec.delta is None and "delta" in budget:
@@ -395,6 +416,8 @@ def plan(spec: RunSpec, calibrate: bool = True) -> PlannedRun:
     n = data.n_train
     if method.full_batch:
         hp["batch_size"] = n
+    elif "sample_rate" in profiled and "batch_size" not in spec.overrides:  # a profile's q (Yu et al.: 0.1)
+        hp["batch_size"] = max(1, round(profiled["sample_rate"] * n))
     if method.clip_to_task_bound:
         bound = task.gradient_norm_bound()
         if bound is None:
@@ -479,6 +502,8 @@ def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, w
     })
     if spec.validation is not None:
         record["validation"] = spec.validation.score(planned.task, planned.held_out)
+    if spec.tuning is not None:
+        record["tuning"] = spec.tuning
     records.seal(record)
     if wandb_run is not None:
         tracking.finish(wandb_run, record)

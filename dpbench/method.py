@@ -69,6 +69,7 @@ class Method:
 
     name: ClassVar[str]
     description: ClassVar[str]
+    paper: ClassVar[str | None] = None  # a link to the method's paper, shown on the leaderboard
     defaults: ClassVar[dict[str, Any]] = {}
     private: ClassVar[bool] = True
     full_batch: ClassVar[bool] = False

@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.metadata
@@ -37,9 +38,16 @@ def _classes_in(module: ModuleType, base: type) -> list[type]:
 
 
 def _load_file(path: Path) -> ModuleType:
-    """Import a plugin file as module ``dpbench_plugin_<stem>_<hash of its path>``, registered in ``sys.modules``
-    (so that its classes' source files can be found and hashed for the record's ``code``)."""
+    """A plugin file as module ``dpbench_plugin_<stem>_<hash of its path>``, registered in ``sys.modules`` (so that
+    its classes' source files can be found and hashed for the record's ``code``); imported again only when the file
+    changed (its modification time or size), so that a sweep does not import it once per run."""
     path = path.resolve()
+    stat = path.stat()
+    return _import_file(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _import_file(path: Path, modified_ns: int, size: int) -> ModuleType:
     name = f"dpbench_plugin_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -60,8 +68,15 @@ def _modules(package: ModuleType, group: str, plugin_dirs: list[Path]) -> list[M
         if not folder.is_dir():
             raise RegistryError(f"plugin folder {folder} does not exist")
         found += [_load_file(path) for path in sorted(folder.glob("*.py"))]
-    found += [entry.load() for entry in importlib.metadata.entry_points(group=group)]
+    found += [entry.load() for entry in _entry_points(group, tuple(sys.path))]
     return found
+
+
+@functools.lru_cache(maxsize=None)
+def _entry_points(group: str, search_path: tuple[str, ...]) -> tuple[importlib.metadata.EntryPoint, ...]:
+    """The installed entry points of ``group`` (scanning every installed distribution is slow: once per process and
+    search path)."""
+    return tuple(importlib.metadata.entry_points(group=group))
 
 
 def plugin_dirs(option: list[str] | None = None) -> list[Path]:

@@ -35,6 +35,8 @@ PURPOSES = {
     "tuning-search": "a trial's hyperparameter draw (index: trial number)",
     "score-noise": "the noise on a trial's validation count (index: trial number)",
     "validation-split": "the validation track's held-out part of the training data",
+    "validation-search": "the validation track's draws of configurations",
+    "validation-trial": "a validation-track trial's run seed (index: trial number)",
 }
 MAX_SEED = 2**63 - 1
 
