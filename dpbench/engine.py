@@ -378,6 +378,8 @@ def plan(spec: RunSpec, calibrate: bool = True) -> PlannedRun:
         spec = replace(spec, epsilon=budget.get("epsilon"), noise_multiplier=budget.get("noise_multiplier"))
     if spec.delta is None and "delta" in budget:
         spec = replace(spec, delta=budget["delta"])
+    if spec.neighbouring is None and "neighbouring" in profiled:
+        spec = replace(spec, neighbouring=profiled["neighbouring"])
     _check_budget(spec, method)
     if spec.clipping not in CLIPPING:
         raise UsageError(f"unknown clipping {spec.clipping!r}; choose one of {', '.join(CLIPPING)}")
