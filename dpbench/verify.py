@@ -16,7 +16,7 @@ For every record (one JSON object per line):
   - non-private baselines: no ε, no σ;
   - tuned records: the per-trial event from ``tuning`` (which must agree with the record's σ, q, T), then
     ``RepeatAndSelect(per_trial, mean, shape)`` (random stopping; shape η, or ∞ for Poisson) or
-    ``SelfComposed(per_trial, trials)`` (adaptive) under RDP; ``per_trial_epsilon`` under PLD; the score noise
+    ``SelfComposed(per_trial, trials)`` (adaptive) under RDP, as ``per_trial_epsilon``; the score noise
     σ_v must satisfy α/(2σ_v²) ≤ the trial's RDP at every order of the RDP accountant; oracle-tuned records are
     checked as the one run they report;
   - release methods: ε and δ are the sums of the ``privacy_ledger`` parts; each output-noise part's ε is
@@ -182,7 +182,7 @@ def _check_tuned(record: dict[str, Any]) -> None:
         if record[key] != value:
             raise Mismatch(f"{key} is {record[key]!r} but tuning.{key} is {value!r}")
     trial = _training_event({**record, "sampler": "poisson"}, sigma, q, releases)
-    _close(_epsilon(trial, tuned["per_trial_delta"], "pld", "add-remove"), tuned["per_trial_epsilon"],
+    _close(_epsilon(trial, tuned["per_trial_delta"], tuned["accountant"], "add-remove"), tuned["per_trial_epsilon"],
            "tuning.per_trial_epsilon")
     if "k_distribution" in tuned:
         distribution = tuned["k_distribution"]

@@ -9,10 +9,12 @@ from dpbench.method import Method
 
 
 def _training_module():
-    for frame in inspect.stack():
-        candidate = frame.frame.f_locals.get("self")
+    frame = inspect.currentframe()
+    while frame is not None:
+        candidate = frame.f_locals.get("self")
         if hasattr(candidate, "task") and getattr(candidate.task, "data", None) is not None:
             return candidate
+        frame = frame.f_back
     raise RuntimeError("no training module on the stack")
 
 
