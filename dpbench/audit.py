@@ -5,17 +5,18 @@ The auditor (their Algorithm 1) draws m canaries (``dpbench.canaries``), each in
 with probability 1/2 (S_i = ±1), runs the real engine once on the data with the included canaries, scores every
 canary from what its threat model observes (white-box: the parameters after every step; black-box: the final
 model), guesses "in" for the k highest scores and "out" for the k lowest and abstains on the rest. With r = 2k
-guesses of which v are right, their Theorem 3 (the main result) bounds, for an (ε, δ)-DP training run
-(add/remove one canary),
+guesses of which v are right, their main result (Theorem 3 of arXiv:2305.08846) bounds, for an (ε, δ)-DP
+training run (add/remove one canary),
 
     P[W ≥ v] ≤ f(v) + 2mδ · max_{i ∈ {1..v}} (f(v − i) − f(v)) / i,   f(u) = P[Binomial(r, e^ε/(1 + e^ε)) ≥ u],
 
 so every ε for which the right side is at most 1 − confidence is refuted at that confidence; the lower bound is
 the largest such ε (0 if none), found by root-finding on the right side, which increases with ε. (The maximum
-runs over i ∈ [m] in the theorem; terms with i > v are no larger than i = v, where f(0) = 1.) k is not chosen
-after seeing the scores: the bound is computed for every k of a grid fixed in advance and the significance is
-split among them (Bonferroni), so the largest is a lower bound at the stated confidence. A run passes if the bound
-is at most the ε it claims (the ε the engine spent on the run with canaries, under add/remove neighbours).
+runs over i ∈ [m] in the theorem; terms with i > v are no larger than i = v, where f(0) = 1.) The paper leaves
+k+ and k− to the auditor; here k+ = k− = k is not chosen after seeing the scores: the bound is computed for every
+k of a grid fixed in advance and every score of the threat model, and the significance is split among them
+(Bonferroni), so the largest is a lower bound at the stated confidence. A run passes if the bound is at most the
+ε it claims (the ε the engine spent on the run with canaries, under add/remove neighbours).
 
 Readings and limits:
 
@@ -146,10 +147,7 @@ def audit(spec: AuditSpec) -> dict[str, Any]:
                        overrides=dict(spec.overrides), sampler="poisson", neighbouring="add-remove",
                        plugins=list(spec.plugins), progress_bar=spec.progress_bar, no_wandb=True,
                        append_to_store=False)
-    try:
-        run = engine.run(run_spec, task_class=canaries.task_class(task), callbacks=(observer,))
-    except ValueError as error:  # a task the canaries do not fit
-        raise UsageError(str(error)) from None
+    run = engine.run(run_spec, task_class=canaries.task_class(task), callbacks=(observer,))
     included = canaries.included.numpy()
     result = guess_and_bound({name: values.numpy() for name, values in observer.scores.items()}, included,
                              run["delta"])

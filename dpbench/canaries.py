@@ -5,20 +5,22 @@ m extra coordinates, zero for every real example (training and test), and canary
 coordinates are zero and whose extra coordinates are s·e_i (s = ``CANARY_NORM``), with a label drawn from the
 audit's ``audit-canaries`` stream. The model gets a bias-free linear head on the extra coordinates, zero at the
 start, added to the task's output: for a linear task this is the same linear model on the wider input; for a
-network it makes canary i's gradient on head column i a "gradient canary" (Steinke et al. 2023, Section 6) that
-no real example touches. Real examples see the task's model and loss unchanged (their extra coordinates are zero).
+network it makes canary i's gradient on head column i a gradient canary (as in Steinke et al.'s white-box audits)
+that no real example touches. Real examples see the task's model and loss unchanged (their extra coordinates are zero).
 
 To the engine a canary is an ordinary training example: it is sampled, clipped, noised and charged like the
 rest. Only the included canaries (coin of the ``audit-inclusion`` stream) are in the training data; the auditor
 knows all m. The large norm s is legitimate — a DP guarantee holds for every dataset — and makes the canary's
-clipped gradient lie almost entirely on its own head column (at most a share 1/√(1 + s²) on the shared bias).
+clipped gradient lie almost entirely on its own head column (for a linear task, a share 1/√(1 + s²) is on the
+shared bias). The canaries change n: see ``dpbench.audit``.
 
 Observers (Lightning callbacks, reading only the parameters, never a batch):
 
 * white-box: before each step, the clipped gradient u_i(θ_t) of every canary on its head column (as the engine
   would clip it at C, with the norm taken as ‖δ_i‖·√(1 + s²), exact for a linear task, where δ_i is the loss
-  gradient at the output); after it, score_i += ⟨θ_t − θ_{t+1}, u_i⟩ on that column: a matched filter of the
-  steps in which canary i was in the batch;
+  gradient at the output); after it, x_i = ⟨θ_t − θ_{t+1}, u_i⟩ on that column. Two scores, both fixed in
+  advance: ``matched``, Σ_t x_i (a matched filter of the steps in which canary i was in the batch), and
+  ``position-max`` (see :attr:`WhiteBox.scores`);
 * black-box: after training, score_i = −loss of the final model on canary i.
 """
 from __future__ import annotations
@@ -31,6 +33,7 @@ import torch
 from torch import nn
 
 from dpbench import streams
+from dpbench.engine import UsageError
 from dpbench.task import Task
 
 CANARY_NORM = 100.0  # s: the L2 norm of a canary's input
@@ -89,11 +92,11 @@ class Canaries:
         """Widen ``task``'s data and model (see the module docstring); returns the training data with canaries."""
         x = data.x_train
         if x.dim() != 2 or not x.is_floating_point():
-            raise ValueError(f"task {task.name}: canaries need flat float inputs (one row per example), the task's "
+            raise UsageError(f"task {task.name}: canaries need flat float inputs (one row per example), the task's "
                              f"are {tuple(x.shape[1:])} {x.dtype}")
         classes = getattr(task, "classes", None)
         if not isinstance(classes, int) or classes < 2 or data.y_train.dtype != torch.long:
-            raise ValueError(f"task {task.name}: canaries need a classification task (integer labels)")
+            raise UsageError(f"task {task.name}: canaries need a classification task (integer labels)")
         width, m = x.shape[1], self.count
         self.inputs = torch.cat([torch.zeros(m, width, dtype=x.dtype), self.norm * torch.eye(m, dtype=x.dtype)], 1)
         self.labels = torch.randint(classes, (m,), generator=streams.generator(self.seed, "audit-canaries"))
