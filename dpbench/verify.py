@@ -35,6 +35,7 @@ a batch and a single run.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -49,6 +50,8 @@ import torch
 from dp_accounting import pld, rdp
 
 from dpbench import audit
+from dpbench.data import DataError
+from dpbench.registry import RegistryError
 from dpbench.engine import RunSpec, UsageError, identity
 from dpbench.records import LEDGER_VERSION
 
@@ -297,6 +300,14 @@ def _spec(record: dict[str, Any], store_path: Path) -> RunSpec:
         no_wandb=True, append_to_store=False, store_path=store_path)
 
 
+@contextlib.contextmanager
+def _restored_threads(threads: int):
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def rerun(records: list[dict[str, Any]], count: int, seed: int = 0) -> list[str]:
     """Rerun ``count`` random rerunnable records; the mismatches of their metrics."""
     from dpbench import engine, multiseed
@@ -306,7 +317,7 @@ def rerun(records: list[dict[str, Any]], count: int, seed: int = 0) -> list[str]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     problems = []
-    with tempfile.TemporaryDirectory() as scratch:
+    with tempfile.TemporaryDirectory() as scratch, _restored_threads(threads):
         store_path = Path(scratch) / "results.sqlite"  # release methods always store; not the user's store
         for record in chosen:
             spec = _spec(record, store_path)
@@ -318,13 +329,15 @@ def rerun(records: list[dict[str, Any]], count: int, seed: int = 0) -> list[str]
                     problems.append(f"{record['run_id']}: trained in a batch of {record['batched_seeds']} seeds, "
                                     f"of which the file holds {len(seeds)}: cannot rerun it exactly")
                     continue
-                again = multiseed.run_seeds(spec, seeds)[seeds.index(record["seed"])]
-            else:
-                again = engine.run(spec)
+            try:
+                again = (multiseed.run_seeds(spec, seeds)[seeds.index(record["seed"])]
+                         if record.get("clipping") == "multiseed" else engine.run(spec))
+            except (UsageError, DataError, RegistryError, multiseed.NotBatchable) as error:  # e.g. a plugin not here
+                problems.append(f"{record['run_id']}: cannot rerun it: {error}")
+                continue
             if again["metrics"] != record["metrics"]:
                 problems.append(f"{record['run_id']} ({record['method']} on {record['task']}, seed "
                                 f"{record['seed']}): rerun metrics {again['metrics']} differ from {record['metrics']}")
-    torch.set_num_threads(threads)
     return problems
 
 
