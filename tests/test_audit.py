@@ -157,6 +157,14 @@ def test_cheating_plugins_fail_the_audit(mirror, cheater):
     assert not record["passed"] and record["epsilon_lower_bound"] > 1.0 >= record["epsilon_claimed"]
 
 
+def test_the_black_box_audit_passes_dpsgd_and_catches_noise_divided_by_10(mirror, request):
+    honest = run_audit("dpsgd", "digits", threat_model="black-box")
+    assert honest["passed"] and {row["score"] for row in honest["guess_grid"]} == {"loss"}
+    request.getfixturevalue("noise_divided_by_10")
+    leaky = run_audit("dpsgd", "digits", threat_model="black-box")
+    assert not leaky["passed"] and leaky["epsilon_lower_bound"] > 1.0
+
+
 def test_epoch_replay_moves_the_bound_but_is_not_caught(mirror, monkeypatch):
     """Measured, not a detection: with adult's default 10 epochs, batches replayed from epoch 0 make a canary's
     inclusions repeat at the same positions, which the position-max score sees (its bound rises), but a canary
