@@ -3,10 +3,21 @@ import copy
 import json
 
 import pytest
+import torch
 
 from dpbench import audit, engine, multiseed, records, store, tuning, verify
 from dpbench.cli import main
 from dpbench.engine import RunSpec
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Small models: one thread is faster than two contending ones (and is what verify --rerun uses)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
 
 PLUGIN_TASK = '''
 import dp_accounting
@@ -29,6 +40,8 @@ class DigitsWithRelease(Digits):
 @pytest.fixture(scope="module")
 def genuine(tmp_path_factory):
     """Records of every kind, from short real runs (digits, breast_cancer), as a JSON-lines file."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as one_thread, which comes after this module's fixture
     folder = tmp_path_factory.mktemp("verify")
     (folder / "plugins").mkdir()
     (folder / "plugins" / "digits_release.py").write_text(PLUGIN_TASK)
@@ -65,6 +78,7 @@ def genuine(tmp_path_factory):
                                                  overrides={"epochs": 2}, store_path=store_path))
     path = folder / "genuine.jsonl"
     path.write_text("".join(json.dumps(record) + "\n" for record in found.values()))
+    torch.set_num_threads(threads)
     return found, path
 
 
