@@ -27,7 +27,7 @@ from dpbench.ghost import make_clipper
 from dpbench.method import GradientMechanism, Method, ReleaseMethod
 from dpbench.noise import GAUSSIAN_SAMPLERS as NOISE, GaussianNoise
 from dpbench.privacy import (ACCOUNTANTS, SAMPLERS, GaussianReleases, calibrate_noise_multiplier, check_relation,
-                             default_relation)
+                             default_relation, event_fields)
 from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
 from dpbench.task import Task, TaskData
 
@@ -366,10 +366,12 @@ def describe(spec: RunSpec) -> str:
     return identity(describe_record(spec))
 
 
-def plan(spec: RunSpec, calibrate: bool = True) -> PlannedRun:
+def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = None) -> PlannedRun:
     """Check ``spec``, load the data, build the model under the seed, choose the sampler and calibrate σ (not with
-    ``calibrate=False``: then the record's noise multiplier is None)."""
-    method, task_class = registered(spec.method, spec.task, spec.plugins)
+    ``calibrate=False``: then the record's noise multiplier is None). ``task_class``: train this subclass of the
+    registered task instead (``dpbench.audit``'s task with canaries)."""
+    method, registered_task = registered(spec.method, spec.task, spec.plugins)
+    task_class = task_class or registered_task
     if issubclass(method, ReleaseMethod):
         raise UsageError(f"{method.name} releases through dpbench.release, not by gradient steps")
     profiled = profile_settings(task_class, method.name, spec.profile)
@@ -471,6 +473,7 @@ def plan(spec: RunSpec, calibrate: bool = True) -> PlannedRun:
         "accountant": spec.accountant if method.private else None,
         "sampler": sampler_name,
         "data_releases": [release.description for release in data.private_releases],
+        "data_release_events": [event_fields(release.event) for release in data.private_releases],
     }
     return PlannedRun(spec, method, task, data, hp, sampler, steps_per_epoch, delta, data_releases, record, held_out)
 
@@ -514,14 +517,16 @@ def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, w
     return record
 
 
-def run(spec: RunSpec) -> dict[str, Any]:
-    """Train one model as ``spec`` says, append its record to the results store and return it."""
-    method, task_class = registered(spec.method, spec.task, spec.plugins)
+def run(spec: RunSpec, task_class: type[Task] | None = None,
+        callbacks: tuple[pl.Callback, ...] = ()) -> dict[str, Any]:
+    """Train one model as ``spec`` says, append its record to the results store and return it. ``task_class`` (see
+    :func:`plan`) and ``callbacks`` (Lightning callbacks that watch the training) are for ``dpbench.audit``."""
+    method, registered_task = registered(spec.method, spec.task, spec.plugins)
     if issubclass(method, ReleaseMethod):  # output/objective perturbation: noise and accounting in dpbench.release
         from dpbench import release  # imported here: dpbench.release builds on this module
 
-        return release.run(spec, method, task_class)
-    planned = plan(spec)
+        return release.run(spec, method, registered_task)
+    planned = plan(spec, task_class=task_class)
     spec, data, hp = planned.spec, planned.data, planned.hp
     wandb = tracking.wandb_settings(spec.wandb_project, spec.wandb_entity, spec.no_wandb)
     logger = tracking.make_logger(wandb, planned.record) if wandb else False
@@ -532,7 +537,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
                               collate_fn=list)
     # In-memory test set in slices of 4096, no per-example collation.
     test_loader = DataLoader(list(zip(data.x_test.split(4096), data.y_test.split(4096))), batch_size=None)
-    callbacks = []
+    callbacks = list(callbacks)
     if spec.checkpoint_dir:
         callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=spec.checkpoint_dir, save_last=True))
     trainer = pl.Trainer(

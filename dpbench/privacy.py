@@ -77,6 +77,24 @@ class DataRelease:
     event: dp_accounting.DpEvent
 
 
+def event_fields(event: dp_accounting.DpEvent) -> dict:
+    """A DpEvent as JSON-able fields (class name and parameters, nested events likewise), for the record's
+    ``data_release_events``, from which ``dpbench verify`` rebuilds the event."""
+    fields = event.to_named_tuple()._asdict()
+    fields.pop("module_name")
+
+    def plain(value):
+        if hasattr(value, "_asdict"):  # a nested event
+            nested = value._asdict()
+            nested.pop("module_name")
+            return {key: plain(item) for key, item in nested.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(item) for item in value]
+        return value
+
+    return {key: plain(value) for key, value in fields.items()}
+
+
 @dataclass(frozen=True)
 class GaussianReleases:
     """A sequence of noisy gradient releases: the mechanism a training run actually ran.
