@@ -27,7 +27,7 @@ from dpbench.ghost import make_clipper
 from dpbench.method import GradientMechanism, Method, ReleaseMethod
 from dpbench.noise import GAUSSIAN_SAMPLERS as NOISE, GaussianNoise
 from dpbench.privacy import (ACCOUNTANTS, SAMPLERS, GaussianReleases, calibrate_noise_multiplier, check_relation,
-                             default_relation, event_fields)
+                             default_relation, event_fields, logged_epsilon)
 from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
 from dpbench.task import Task, TaskData
 
@@ -248,7 +248,7 @@ class PrivateTraining(pl.LightningModule):
 
     def on_train_epoch_end(self):
         if self.epsilon_so_far is not None:
-            self.log_dict({"privacy/epsilon_spent": self.epsilon_so_far(self.releases),
+            self.log_dict({"privacy/epsilon_spent_rdp": self.epsilon_so_far(self.releases),
                            "privacy/gradient_evaluations": float(self.releases), "privacy/steps": float(self.steps)})
 
     def collect_test_metrics(self) -> dict[str, float]:
@@ -530,7 +530,7 @@ def run(spec: RunSpec, task_class: type[Task] | None = None,
     spec, data, hp = planned.spec, planned.data, planned.hp
     wandb = tracking.wandb_settings(spec.wandb_project, spec.wandb_entity, spec.no_wandb)
     logger = tracking.make_logger(wandb, planned.record) if wandb else False
-    epsilon_so_far = ((lambda count: planned.releases_charged(count).epsilon(planned.delta, spec.accountant))
+    epsilon_so_far = ((lambda count: logged_epsilon(planned.releases_charged(count), planned.delta))
                       if method.private and logger else None)
     module = planned.module(epsilon_so_far)
     train_loader = DataLoader(IndexedTensors(data.x_train, data.y_train), batch_sampler=planned.sampler,
@@ -547,6 +547,9 @@ def run(spec: RunSpec, task_class: type[Task] | None = None,
         use_distributed_sampler=False, deterministic=True, default_root_dir=spec.checkpoint_dir,
         log_every_n_steps=1,  # only per-epoch values are logged
     )
+    if logger:
+        with contextlib.redirect_stdout(sys.stderr):
+            logger.experiment  # W&B starts here, outside the timed training (it took ~2 s)
     started = time.perf_counter()
     try:
         with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():  # stdout is for results
