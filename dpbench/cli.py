@@ -1,5 +1,6 @@
-"""The ``dpbench`` command: ``run``, ``tune``, ``list``, ``privacy``, ``sweep``, ``leaderboard``. Bad input: one line on
-stderr, exit 2; a tuning study that cannot release anything: one line, exit 1."""
+"""The ``dpbench`` command: ``run``, ``tune``, ``list``, ``privacy``, ``sweep``, ``leaderboard``, ``audit``,
+``verify``, ``runs``, ``show``. Bad input: one line on stderr, exit 2; a tuning study that cannot release anything:
+one line, exit 1."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +10,7 @@ import math
 import sys
 from typing import Any
 
-from dpbench import allocator, engine, guards, leaderboard, registry, search, sweep, tuning
+from dpbench import allocator, browse, engine, guards, leaderboard, registry, search, store, sweep, tuning
 from dpbench.data import DataError
 from dpbench.engine import UsageError
 from dpbench.privacy import (ACCOUNTANTS, NEIGHBOURING, SAMPLERS, GaussianReleases, calibrate_noise_multiplier,
@@ -32,8 +33,27 @@ def _key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _settings(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """``--set`` pairs as a dict; a key given twice is refused rather than silently keeping the last."""
+    settings: dict[str, str] = {}
+    for key, value in pairs:
+        if key in settings and settings[key] != value:
+            raise UsageError(f"--set {key} given twice ({settings[key]!r} and {value!r}); give it once")
+        settings[key] = value
+    return settings
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's usage errors as one line (the caller prints it and exits 2), not the usage block."""
+
+    def error(self, message: str):
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dpbench", description="Benchmark differentially private optimizers.")
+    parser = _Parser(prog="dpbench", description="Benchmark differentially private optimizers.")
+    parser.add_argument("--plugins", dest="global_plugins", action="append", default=[], metavar="DIR",
+                        help="a folder of method/task plugins, for any command (also after the command)")
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="train one model and record the run")
@@ -158,6 +178,13 @@ def _add_audit_parsers(commands) -> None:
     auditing.add_argument("--plugins", action="append", default=[], metavar="DIR")
     auditing.add_argument("--json", action="store_true", help="print the audit record as one JSON object")
 
+    listing_runs = commands.add_parser("runs", help="list the runs in the results store, newest last")
+    listing_runs.add_argument("--task")
+    listing_runs.add_argument("--method")
+    listing_runs.add_argument("--limit", type=_positive_int, default=50, help="show the newest N (default 50)")
+    showing = commands.add_parser("show", help="print one stored record (by its run id or a unique prefix)")
+    showing.add_argument("run_id")
+
     verifying = commands.add_parser("verify", help="recompute every record's ε and content hash; rerun some")
     verifying.add_argument("file", help="a JSON-lines file of records (e.g. leaderboards/results.jsonl)")
     verifying.add_argument("--rerun", type=int, default=0, metavar="K", help="train K random records again")
@@ -169,7 +196,7 @@ def _audit(args: argparse.Namespace) -> int:
 
     overrides = {key: value for key, value in [("epochs", args.epochs), ("batch_size", args.batch_size),
                                                ("lr", args.lr)] if value is not None}
-    overrides.update(args.set)
+    overrides.update(_settings(args.set))
     record = audit.audit(audit.AuditSpec(
         method=args.method, task=args.task, epsilon=args.epsilon, delta=args.delta, seed=args.seed,
         canaries=args.canaries, threat_model=args.threat_model, overrides=overrides, plugins=args.plugins))
@@ -231,7 +258,7 @@ def _summary(record: dict[str, Any]) -> str:
         lines.append("  privacy: none (non-private baseline)")
     metrics = ", ".join(f"{k} = {v:.4f}" for k, v in record["metrics"].items())
     lines.append(f"  {record['steps']} steps in {record['train_seconds']:.1f} s; {metrics}")
-    lines.append(f"  run {record['run_id']}")
+    lines.append(f"  run {record['run_id']} stored in {store.default_path()} (dpbench show {record['run_id']})")
     return "\n".join(lines)
 
 
@@ -255,7 +282,16 @@ def _tune_summary(record: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except UsageError as error:
+        print(f"dpbench: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if hasattr(args, "plugins"):
+        args.plugins = [*args.global_plugins, *args.plugins]
+    elif args.global_plugins:
+        print(f"dpbench: error: dpbench {args.command} takes no plugins", file=sys.stderr)
+        return EXIT_USAGE
     allocator.keep_freed_memory()  # speed only: a step's large tensors are not page-faulted in again every step
     # Lightning's informational lines would mix with --json output on stdout.
     logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
@@ -281,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "tune":
             overrides = {key: value for key, value in [("epochs", args.epochs), ("batch_size", args.batch_size)]
                          if value is not None}
-            overrides.update(args.set)
+            overrides.update(_settings(args.set))
             spec = tuning.TuneSpec(
                 method=args.method, task=args.task, epsilon=args.epsilon, delta=args.delta, mode=args.mode,
                 trials=args.trials, k_distribution=args.k_distribution, eta=args.eta, sampler=args.search,
@@ -297,6 +333,10 @@ def main(argv: list[str] | None = None) -> int:
             return _audit(args)
         elif args.command == "verify":
             return _verify(args)
+        elif args.command == "runs":
+            print(browse.runs_table(args.task, args.method, args.limit))
+        elif args.command == "show":
+            print(browse.show_text(args.run_id))
         elif args.command == "list":
             folders = registry.plugin_dirs(args.plugins)
             found = registry.methods(folders) if args.what == "methods" else registry.tasks(folders)
@@ -307,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             overrides = {key: value for key, value in
                          [("epochs", args.epochs), ("batch_size", args.batch_size), ("lr", args.lr),
                           ("clip", args.clip)] if value is not None}
-            overrides.update(args.set)
+            overrides.update(_settings(args.set))
             spec = engine.RunSpec(
                 method=args.method, task=args.task, epsilon=args.epsilon, noise_multiplier=args.noise_multiplier,
                 delta=args.delta, seed=args.seed, overrides=overrides, profile=args.profile, sampler=args.sampler,

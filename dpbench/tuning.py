@@ -69,7 +69,7 @@ from dpbench.privacy import NEIGHBOURING
 from dpbench.release import resolve_hyperparameters as release_hyperparameters
 from dpbench.task import Task
 from dpbench.tuning_privacy import (K_DISTRIBUTIONS, TrialMechanism, ValidationSplit, calibrate_trial_noise, draw_k,
-                                    k_distribution, score_noise_multiplier, total_epsilon)
+                                    k_distribution, score_noise_multiplier, total_epsilon, trial_epsilon)
 
 MODES = ("random-stopping", "adaptive", "oracle")
 SAMPLERS = ("random", "tpe", "qmc")
@@ -559,7 +559,7 @@ def released_record(plan_: Plan, study: optuna.Study, storage_url: str) -> dict[
                        "noise_multiplier": plan_.trial.noise_multiplier, "sample_rate": plan_.trial.sample_rate,
                        "gradient_evaluations": plan_.trial.releases, "trial_mechanism": plan_.trial.kind,
                        "neighbouring": plan_.trial.neighbouring,
-                       "per_trial_epsilon": record["epsilon"], "per_trial_delta": plan_.delta,
+                       "per_trial_epsilon": trial_epsilon(plan_.trial, plan_.delta), "per_trial_delta": plan_.delta,
                        "per_trial_event": plan_.trial.description(), "validation": plan_.validation})
         if spec.mode == "random-stopping":
             tuning["k_distribution"] = distribution

@@ -159,6 +159,11 @@ def total_epsilon(mode: str, trial: TrialMechanism, distribution: dict[str, Any]
     return float(rdp.compute_epsilon(ORDERS, total_curve(mode, trial, distribution, trials), delta)[0])
 
 
+def trial_epsilon(trial: TrialMechanism, delta: float) -> float:
+    """One trial's ε under the tuning's accountant (RDP), as the released record states it."""
+    return float(rdp.compute_epsilon(ORDERS, trial.curve(), delta)[0])
+
+
 def calibrate_trial_noise(mode: str, epsilon: float, delta: float, trial: TrialMechanism,
                           distribution: dict[str, Any] | None, trials: int, tolerance: float = 1e-4) -> float:
     """The smallest per-trial σ (to ``tolerance``) whose total ε over the whole tuning is ≤ ``epsilon``: the total

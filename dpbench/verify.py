@@ -14,9 +14,10 @@ For every record (one JSON object per line):
     (``data_release_events``), under the record's relation and accountant (PLD or RDP); ε must not exceed the
     target;
   - non-private baselines: no ε, no σ;
-  - tuned records: the per-trial event from ``tuning`` (which must agree with the record's σ, q, T), then
-    ``RepeatAndSelect(per_trial, mean, shape)`` (random stopping; shape η, or ∞ for Poisson) or
-    ``SelfComposed(per_trial, trials)`` (adaptive) under RDP, as ``per_trial_epsilon``; the score noise
+  - tuned records: the per-trial RDP curve from ``tuning`` (which must agree with the record's σ, q, T and
+    relation; gradient trials from dp-accounting's add/remove curve, by the weak triangle inequality under
+    replace-one; output trials as Gaussians) must give ``per_trial_epsilon``, then repeat-and-select (random
+    stopping; shape η, or ∞ for Poisson) or N-fold composition (adaptive) must give ε; the score noise
     σ_v must satisfy α/(2σ_v²) ≤ the trial's RDP at every order of the RDP accountant; oracle-tuned records are
     checked as the one run they report;
   - release methods: ε and δ are the sums of the ``privacy_ledger`` parts; each output-noise part's ε is
@@ -175,6 +176,31 @@ def _check_gradient_run(record: dict[str, Any], epsilon_key: str = "epsilon") ->
         raise Mismatch(f"spent ε {spent:.10g} exceeds the target {target}")
 
 
+def _rdp(event: dp_accounting.DpEvent, orders: np.ndarray, relation: str) -> np.ndarray:
+    """RDP of ``event`` from dp-accounting's add/remove accountant; under replace-one by the weak triangle inequality
+    of Rényi divergence (Mironov 2017, Proposition 11): ρ_rep(α) ≤ (α − ½)/(α − 1)·ρ(2α) + ρ(2α − 1)."""
+    if relation == "add-remove":
+        accountant = rdp.RdpAccountant(orders=[float(a) for a in orders])
+        accountant.compose(event)
+        return np.asarray(accountant.rdp, dtype=np.float64)
+    if relation != "replace-one":
+        raise Mismatch(f"neighbouring relation {relation!r} is not one verify knows")
+    doubled = _rdp(event, np.concatenate([2 * orders, 2 * orders - 1]), "add-remove")
+    return (orders - 0.5) / (orders - 1) * doubled[:len(orders)] + doubled[len(orders):]
+
+
+def _trial_rdp(record: dict[str, Any], tuned: dict[str, Any], orders: np.ndarray) -> np.ndarray:
+    """One trial's RDP: its gradient releases (Poisson, rate q) or its Gaussian output mechanisms, under the
+    tuning's relation (a full-batch replace-one trial is a Gaussian of sensitivity 2: 4× the add/remove curve)."""
+    sigma, q, releases = tuned["noise_multiplier"], tuned["sample_rate"], tuned["gradient_evaluations"]
+    relation = tuned.get("neighbouring", "add-remove")
+    if tuned.get("trial_mechanism", "gradient") == "output":
+        return releases * orders / (2 * sigma**2)
+    if relation == "replace-one" and q >= 1:
+        return releases * orders * 2 / sigma**2
+    return _rdp(_training_event({**record, "sampler": "poisson"}, sigma, q, releases), orders, relation)
+
+
 def _check_tuned(record: dict[str, Any]) -> None:
     tuned = record["tuning"]
     if not tuned.get("private"):
@@ -182,23 +208,24 @@ def _check_tuned(record: dict[str, Any]) -> None:
         return
     sigma, q, releases = tuned["noise_multiplier"], tuned["sample_rate"], tuned["gradient_evaluations"]
     for key, value in (("noise_multiplier", sigma), ("sample_rate", q), ("gradient_evaluations", releases)):
-        if record[key] != value:
-            raise Mismatch(f"{key} is {record[key]!r} but tuning.{key} is {value!r}")
-    trial = _training_event({**record, "sampler": "poisson"}, sigma, q, releases)
-    _close(_epsilon(trial, tuned["per_trial_delta"], tuned["accountant"], "add-remove"), tuned["per_trial_epsilon"],
+        if record.get(key) != value:
+            raise Mismatch(f"{key} is {record.get(key)!r} but tuning.{key} is {value!r}")
+    if tuned.get("neighbouring", "add-remove") != record.get("neighbouring", "add-remove"):
+        raise Mismatch(f"neighbouring is {record.get('neighbouring')!r} but tuning's is {tuned['neighbouring']!r}")
+    orders = np.asarray(rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
+    trial = _trial_rdp(record, tuned, orders)
+    _close(float(rdp.compute_epsilon(orders, trial, tuned["per_trial_delta"])[0]), tuned["per_trial_epsilon"],
            "tuning.per_trial_epsilon")
     if "k_distribution" in tuned:
         distribution = tuned["k_distribution"]
         shape = math.inf if distribution["name"] == "poisson" else float(distribution["eta"])
-        total = dp_accounting.dp_event.RepeatAndSelectDpEvent(trial, distribution["mean"], shape)
+        total = np.asarray(rdp.rdp_privacy_accountant._compute_rdp_repeat_and_select(
+            orders, trial, distribution["mean"], shape))
     else:
-        total = dp_accounting.SelfComposedDpEvent(trial, tuned["trials"])
-    _close(_epsilon(total, record["delta"], "rdp", "add-remove"), record["epsilon"], "epsilon (whole tuning)")
-    accountant = rdp.RdpAccountant()
-    accountant.compose(trial)
-    orders, curve = np.asarray(accountant.orders), np.asarray(accountant.rdp)
+        total = tuned["trials"] * trial
+    _close(float(rdp.compute_epsilon(orders, total, record["delta"])[0]), record["epsilon"], "epsilon (whole tuning)")
     sigma_v = tuned["validation"]["noise_multiplier"]
-    if np.any(orders / (2 * sigma_v**2) > curve * (1 + 1e-9)):
+    if np.any(orders / (2 * sigma_v**2) > trial * (1 + 1e-9)):
         raise Mismatch(f"score noise σ_v = {sigma_v} costs more than the trial's training at some RDP order")
 
 

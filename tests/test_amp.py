@@ -202,7 +202,7 @@ def test_breast_cancer_run_records_both_parts(capsys, name):
     assert objective["sensitivity"] == pytest.approx(2 / n)  # L = 1
     assert record["noise_multiplier"] == pytest.approx(objective["noise_std"] / objective["sensitivity"])
     # The paper's σ1/(2L/n) = (1 + √(2 ln(1/δ1)))/ε3.
-    epsilon3 = objective["epsilon"] * (0.9 if name == "amp" else AMPNT({}).budget_fractions(1.0)[0])
+    epsilon3 = objective["epsilon"] * (0.95 if name == "amp" else AMPNT({}).budget_fractions(1.0)[0])
     assert record["noise_multiplier"] == pytest.approx((1 + math.sqrt(2 * math.log(1 / objective["delta"]))) / epsilon3)
     assert output["delta"] == pytest.approx(0.01 / n**2)
     assert record["sampler"] == "none (full data)" and record["gradient_evaluations"] == 0 and record["steps"] >= 1
@@ -231,7 +231,7 @@ def test_options_that_do_not_apply_are_refused(refused, args, message):
 
 def test_amp_nt_takes_no_hyperparameters(capsys):
     assert main(["run", "--method", "amp_nt", "--task", "breast_cancer", "--set", "input_norm=2"]) == 2
-    assert "valid: none" in capsys.readouterr().err
+    assert "valid: bias" in capsys.readouterr().err  # only the task's option
 
 
 def test_listed_with_one_line_descriptions(capsys):

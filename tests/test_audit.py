@@ -116,7 +116,7 @@ def test_canaries_are_ordinary_training_examples(mirror):
     assert record["n_train"] == 1437 + included  # the included canaries are training rows
     assert record["data_id"] == "digits+1000-audit-canaries"
     # the ledger charged what ran, over the data with the canaries: the engine's own record of the run
-    assert record["gradient_evaluations"] == record["steps"] == 10 * round((1437 + included) / 256)
+    assert record["gradient_evaluations"] == record["steps"] == 10 * round((1437 + included) / record["hyperparameters"]["batch_size"])
     assert record["epsilon_claimed"] <= 1.0
     assert record["code"]["task"]["file"] == "tasks/linear.py" and not record["code"]["method"]["external"]
     assert store.load() == [] and store.load(kind="audit") == [record]  # not a benchmark run

@@ -25,13 +25,14 @@ def run_json(capsys, *args):
 
 
 def test_nonprivate_digits_reaches_093(capsys):
-    record = run_json(capsys, "--method", "nonprivate", "--task", "digits")
+    record = run_json(capsys, "--method", "nonprivate", "--task", "digits", "--lr", "5")
     assert record["metrics"]["test_accuracy"] >= 0.93
     assert record["epsilon"] is None and record["sampler"] == "shuffle"
 
 
 def test_dpsgd_digits_at_epsilon_1_is_recorded_and_accurate(capsys):
-    record = run_json(capsys, "--method", "dpsgd", "--task", "digits", "--epsilon", "1")
+    record = run_json(capsys, "--method", "dpsgd", "--task", "digits", "--epsilon", "1", "--batch-size", "256",
+                      "--lr", "2")
     assert RECORD_FIELDS <= set(record)
     assert record["metrics"]["test_accuracy"] >= 0.80
     assert record["epsilon"] <= 1.0 and record["epsilon"] > 0.99
@@ -51,7 +52,7 @@ def test_runs_are_deterministic_under_a_seed(capsys):
 
 def test_digits_gives_the_same_run_on_the_fast_and_the_reference_clipping_path(capsys):
     """Ghost norms and book-keeping (dpbench/ghost.py) against materialized per-example gradients (vmap)."""
-    args = ("--method", "dpsgd", "--task", "digits", "--epsilon", "1", "--epochs", "10")
+    args = ("--method", "dpsgd", "--task", "digits", "--epsilon", "1", "--epochs", "10", "--lr", "2")
     fast = run_json(capsys, *args)
     reference = run_json(capsys, *args, "--clipping", "reference")
     assert (fast["clipping"], reference["clipping"]) == ("ghost", "vmap")
@@ -83,6 +84,11 @@ def test_plugin_folder_and_environment_variable(capsys, monkeypatch):
     plugins = str(REPO / "examples" / "plugins")
     assert main(["list", "methods", "--plugins", plugins]) == 0
     assert "dp_nesterov" in capsys.readouterr().out
+    assert main(["--plugins", plugins, "list", "methods"]) == 0  # before the command too
+    assert "dp_nesterov" in capsys.readouterr().out
+    assert main(["--plugins", plugins, "privacy", "--sample-rate", "0.1", "--steps", "10", "--epsilon", "1",
+                 "--delta", "1e-5"]) == 2
+    assert capsys.readouterr().err == "dpbench: error: dpbench privacy takes no plugins\n"
     monkeypatch.setenv("DPBENCH_PLUGINS", plugins)
     record = run_json(capsys, "--method", "dp_nesterov", "--task", "digits", "--epsilon", "1", "--epochs", "2")
     assert record["method"] == "dp_nesterov" and record["epsilon"] <= 1
@@ -149,6 +155,7 @@ def test_the_record_names_its_noise_sampler(capsys):
     (["--method", "dpsgd", "--task", "digits", "--delta", "0.001"], "not below 1/n"),
     (["--method", "dpsgd", "--task", "digits", "--batch-size", "5000"], "exceeds the 1437 training examples"),
     (["--method", "dpsgd", "--task", "digits", "--set", "momentun=0.9"], "no hyperparameter 'momentun'"),
+    (["--method", "dpsgd", "--task", "digits", "--set", "momentum=0.9", "--set", "momentum=0.5"], "given twice"),
     (["--method", "dpsgd", "--task", "digits", "--set", "momentum=fast"], "momentum='fast' is not a valid float"),
     (["--method", "nonprivate", "--task", "digits", "--epsilon", "1"], "not private"),
     (["--method", "nonprivate", "--task", "digits", "--set", "optimizer=lbfgs"], "optimizer must be"),

@@ -210,12 +210,15 @@ def assert_inclusion_consistent(counts: Counter, examples: list[int], rounds: in
     assert all(per_example.sf(counts[i] - 1) > 1e-9 and per_example.cdf(counts[i]) > 1e-9 for i in examples)
 
 
+FIXED = {"epochs": 10, "batch_size": 256}  # 10 epochs of round(1437 / 256) = 6 steps: 60 releases
+
+
 def test_one_run_trains_on_batches_at_the_recorded_rate(indexed):
-    record = engine.run(RunSpec(method="dpsgd", task="indexed_digits", epsilon=1.0, no_wandb=True,
+    record = engine.run(RunSpec(method="dpsgd", task="indexed_digits", epsilon=1.0, overrides=FIXED, no_wandb=True,
                                 progress_bar=False))
     counts = Counter(torch.cat(IndexedDigits.seen).tolist())
     n, q, releases = record["n_train"], record["sample_rate"], record["gradient_evaluations"]
-    assert len(indexed) == releases == 180 and q == pytest.approx(256 / n)
+    assert len(indexed) == releases == 60 and q == pytest.approx(256 / n)
     assert_inclusion_consistent(counts, list(range(n)), releases, q)
     assert sum(len(batch) for batch in indexed) == sum(counts.values())
 
@@ -229,12 +232,12 @@ def test_full_batch_methods_use_every_example_in_every_release(indexed):
 
 
 def test_batched_seeds_train_each_seed_on_batches_at_the_recorded_rate(indexed):
-    records = multiseed.run_seeds(RunSpec(method="dpsgd", task="indexed_digits", epsilon=1.0, no_wandb=True,
-                                          progress_bar=False), [0, 1, 2])
+    records = multiseed.run_seeds(RunSpec(method="dpsgd", task="indexed_digits", epsilon=1.0, overrides=FIXED,
+                                          no_wandb=True, progress_bar=False), [0, 1, 2])
     counts = Counter(torch.cat(IndexedDigits.seen).tolist())
     n, q = records[0]["n_train"], records[0]["sample_rate"]
     releases = sum(r["gradient_evaluations"] for r in records)
-    assert [r["clipping"] for r in records] == ["multiseed"] * 3 and len(indexed) == releases == 3 * 180
+    assert [r["clipping"] for r in records] == ["multiseed"] * 3 and len(indexed) == releases == 3 * 60
     assert_inclusion_consistent(counts, list(range(n)), releases, q)
 
 
@@ -247,5 +250,6 @@ def test_tuning_trials_train_on_the_training_part_at_the_planned_rate(indexed, c
     training_part = [i for i in range(1437) if not held_out[i]]
     counts = Counter(torch.cat(IndexedDigits.seen).tolist())
     releases = 2 * tuned["gradient_evaluations"]
-    assert len(indexed) == releases and tuned["sample_rate"] == pytest.approx(256 / len(training_part))
+    assert len(indexed) == releases and tuned["sample_rate"] == pytest.approx(
+        IndexedDigits.defaults["batch_size"] / len(training_part))
     assert_inclusion_consistent(counts, training_part, releases, tuned["sample_rate"])

@@ -149,7 +149,8 @@ def run_json(capsys, *args):
 
 
 def test_breast_cancer_run_records_the_release(capsys):
-    record = run_json(capsys, "--method", "output_perturbation", "--task", "breast_cancer", "--epsilon", "2")
+    record = run_json(capsys, "--method", "output_perturbation", "--task", "breast_cancer", "--epsilon", "2",
+                      "--epochs", "10", "--batch-size", "50")
     n = record["n_train"]
     assert n == 455 and record["delta"] == pytest.approx(1 / n**2)
     assert 2 - 1e-3 < record["epsilon"] <= 2 and record["epsilon_target"] == 2
@@ -176,14 +177,22 @@ def test_digits_one_vs_all_splits_the_budget_over_ten_classifiers(capsys):
 
 def test_strongly_convex_variant_runs_end_to_end(capsys):
     record = run_json(capsys, "--method", "output_perturbation", "--task", "breast_cancer", "--epsilon", "1",
-                      "--set", "variant=strongly_convex", "--set", "regularization=0.001", "--epochs", "3")
+                      "--set", "variant=strongly_convex", "--set", "regularization=0.001", "--epochs", "3",
+                      "--batch-size", "50")
     [entry] = record["privacy_ledger"]
     assert entry["sensitivity"] == pytest.approx(2 * (1 + 0.001 * 10) / (0.001 * 455))
     assert record["epsilon"] <= 1 and record["steps"] == 3 * math.ceil(455 / 50)
 
 
+def test_a_given_noise_multiplier_is_charged_its_exact_epsilon(capsys):
+    """Tuning trials fix σ (tuning_privacy.py); a run given --noise-multiplier reports the ε of that σ."""
+    record = run_json(capsys, "--method", "output_perturbation", "--task", "breast_cancer", "--noise-multiplier", "2")
+    assert record["noise_multiplier"] == 2 and record["epsilon"] > 1
+    assert exact_gaussian_std(record["epsilon"], record["delta"]) == pytest.approx(2, rel=1e-3)
+
+
 @pytest.mark.parametrize("args, message", [
-    (["--noise-multiplier", "2"], "no --noise-multiplier"),
+    (["--noise-multiplier", "2", "--epsilon", "1"], "not allowed with argument --noise-multiplier"),
     (["--sampler", "poisson"], "no --sampler"),
     (["--clip", "1"], "no hyperparameter 'clip'"),
     (["--accountant", "rdp"], "no --accountant"),
