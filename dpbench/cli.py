@@ -62,7 +62,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--noise", choices=engine.NOISE, default="fast",
                      help="Gaussian sampler: fast (Philox on the CPU, dpbench/noise.py) or torch (PyTorch's normal_, "
                           "as runs made before dpbench had its own)")
-    run.add_argument("--checkpoint-dir", help="save Lightning checkpoints (last epoch) here")
+    run.add_argument("--checkpoint-dir", metavar="DIR",
+                     help="keep what the run needs to continue exactly here (dpbench/checkpoint.py)")
+    run.add_argument("--resume", metavar="DIR", help="continue the run whose checkpoint is in DIR (same command)")
+    run.add_argument("--checkpoint-every", type=_positive_int, default=100, metavar="STEPS",
+                     help="steps between checkpoints (default 100; also at every epoch's end)")
     run.add_argument("--plugins", action="append", default=[], metavar="DIR",
                      help="folder of extra method/task files (also: DPBENCH_PLUGINS)")
     run.add_argument("--json", action="store_true", help="print the run record as one JSON object")
@@ -236,12 +240,16 @@ def main(argv: list[str] | None = None) -> int:
                          [("epochs", args.epochs), ("batch_size", args.batch_size), ("lr", args.lr),
                           ("clip", args.clip)] if value is not None}
             overrides.update(args.set)
+            if args.resume and args.checkpoint_dir and args.resume != args.checkpoint_dir:
+                raise UsageError("--resume continues writing checkpoints to its own folder: give --checkpoint-dir "
+                                 "the same folder or leave it out")
             spec = engine.RunSpec(
                 method=args.method, task=args.task, epsilon=args.epsilon, noise_multiplier=args.noise_multiplier,
                 delta=args.delta, seed=args.seed, overrides=overrides, profile=args.profile, sampler=args.sampler,
                 accountant=args.accountant, neighbouring=args.neighbouring, force_delta=args.force_delta,
                 accelerator=args.accelerator,
-                clipping=args.clipping, noise=args.noise, checkpoint_dir=args.checkpoint_dir, plugins=args.plugins,
+                clipping=args.clipping, noise=args.noise, checkpoint_dir=args.resume or args.checkpoint_dir,
+                resume=bool(args.resume), checkpoint_every=args.checkpoint_every, plugins=args.plugins,
                 wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, no_wandb=args.no_wandb)
             record = engine.run(spec)
             print(json.dumps(record) if args.json else _summary(record))
