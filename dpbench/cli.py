@@ -32,8 +32,21 @@ def _key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse refusing as dpbench does (one line, exit 2), not with the usage text and its own prefix."""
+
+    def error(self, message: str):
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _refuse(error: Exception) -> int:
+    """Print ``error`` as the one line of a refusal (line breaks in the user's input included)."""
+    print("dpbench: error: " + " ".join(str(error).splitlines()), file=sys.stderr)
+    return EXIT_USAGE
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dpbench", description="Benchmark differentially private optimizers.")
+    parser = _Parser(prog="dpbench", description="Benchmark differentially private optimizers.")
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="train one model and record the run")
@@ -143,17 +156,18 @@ def _privacy(args: argparse.Namespace) -> dict[str, Any]:
         check_relation(args.accountant, "poisson", args.neighbouring)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    if args.epsilon is not None:
-        if not (math.isfinite(args.epsilon) and args.epsilon > 0):
-            raise UsageError(f"epsilon must be a finite number > 0, got {args.epsilon}")
-        sigma = calibrate_noise_multiplier(args.epsilon, args.delta, args.sample_rate, args.steps, args.accountant,
-                                           neighbouring=args.neighbouring)
-    else:
-        sigma = args.noise_multiplier
-        if not (math.isfinite(sigma) and sigma > 0):
-            raise UsageError(f"noise multiplier must be a finite number > 0, got {sigma}")
-    releases = GaussianReleases(args.sample_rate, sigma, args.steps, neighbouring=args.neighbouring)
-    return {"epsilon": releases.epsilon(args.delta, args.accountant), "noise_multiplier": sigma,
+    if args.epsilon is not None and not (math.isfinite(args.epsilon) and args.epsilon > 0):
+        raise UsageError(f"epsilon must be a finite number > 0, got {args.epsilon}")
+    if args.noise_multiplier is not None and not (math.isfinite(args.noise_multiplier) and args.noise_multiplier > 0):
+        raise UsageError(f"noise multiplier must be a finite number > 0, got {args.noise_multiplier}")
+    try:
+        sigma = args.noise_multiplier or calibrate_noise_multiplier(
+            args.epsilon, args.delta, args.sample_rate, args.steps, args.accountant, neighbouring=args.neighbouring)
+        releases = GaussianReleases(args.sample_rate, sigma, args.steps, neighbouring=args.neighbouring)
+        epsilon = releases.epsilon(args.delta, args.accountant)
+    except ValueError as error:  # e.g. more releases than dpbench accounts, or σ = 1e300
+        raise UsageError(str(error)) from None
+    return {"epsilon": epsilon, "noise_multiplier": sigma,
             "sample_rate": args.sample_rate, "steps": args.steps, "delta": args.delta, "accountant": args.accountant,
             "sampler": "poisson", "neighbouring": args.neighbouring}
 
@@ -199,7 +213,10 @@ def _tune_summary(record: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except UsageError as error:
+        return _refuse(error)
     allocator.keep_freed_memory()  # speed only: a step's large tensors are not page-faulted in again every step
     # Lightning's informational lines would mix with --json output on stdout.
     logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
@@ -254,8 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             record = engine.run(spec)
             print(json.dumps(record) if args.json else _summary(record))
     except (UsageError, DataError, registry.RegistryError) as error:
-        print(f"dpbench: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return _refuse(error)
     except tuning.TuningError as error:
         print(f"dpbench: {error}", file=sys.stderr)
         return 1

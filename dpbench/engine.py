@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import pytorch_lightning as pl
 import torch
+from lightning_fabric.utilities.exceptions import MisconfigurationException
 from torch.utils.data import DataLoader
 
 from dpbench import guards, records, registry, store, streams, tracking
@@ -75,20 +76,21 @@ class RunSpec:
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:
-    """Parse a ``--set`` value as the type of the default it replaces."""
-    if not isinstance(value, str) or isinstance(default, str):
-        return value
-    try:
-        if isinstance(default, bool):
-            if value.lower() not in ("true", "false", "1", "0"):
-                raise ValueError
-            return value.lower() in ("true", "1")
-        if isinstance(default, int):
-            return int(value)
-        if isinstance(default, float):
-            return float(value)
-    except ValueError:
-        raise UsageError(f"{key}={value!r} is not a valid {type(default).__name__}") from None
+    """Parse a ``--set`` value as the type of the default it replaces; NaN and infinity are refused."""
+    if isinstance(value, str) and not isinstance(default, str):
+        try:
+            if isinstance(default, bool):
+                if value.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError
+                value = value.lower() in ("true", "1")
+            elif isinstance(default, int):
+                value = int(value)
+            elif isinstance(default, float):
+                value = float(value)
+        except ValueError:
+            raise UsageError(f"{key}={value!r} is not a valid {type(default).__name__}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UsageError(f"{key} must be a finite number, got {value}")
     return value
 
 
@@ -425,6 +427,12 @@ def plan(spec: RunSpec, calibrate: bool = True) -> PlannedRun:
     if method.private:
         if spec.noise_multiplier is not None:
             sigma = spec.noise_multiplier
+            if calibrate:  # the ε the run will report, now rather than after training (the same, cached)
+                try:
+                    GaussianReleases(sample_rate, sigma, planned_releases, sampler_name, steps_per_epoch * per_step,
+                                     data_releases, neighbouring).epsilon(delta, spec.accountant)
+                except ValueError as error:
+                    raise UsageError(f"task {task_class.name}: {error}") from None
         else:
             target_epsilon = target_epsilon if target_epsilon is not None else task_class.defaults.get("epsilon", 1.0)
             sigma = None
@@ -518,6 +526,16 @@ def run(spec: RunSpec) -> dict[str, Any]:
     logger = tracking.make_logger(wandb, planned.record) if wandb else False
     epsilon_so_far = ((lambda count: planned.releases_charged(count).epsilon(planned.delta, spec.accountant))
                       if method.private and logger else None)
+    try:  # before anything is written: Lightning refuses unknown or unavailable accelerators here
+        trainer = pl.Trainer(
+            max_epochs=hp["epochs"], accelerator=spec.accelerator, devices=1, logger=logger,
+            enable_checkpointing=False, callbacks=[checkpoints] if checkpoints else None,
+            plugins=[checkpoint.AtomicCheckpointIO()] if checkpoints else None,
+            enable_progress_bar=spec.progress_bar, enable_model_summary=False, num_sanity_val_steps=0,
+            use_distributed_sampler=False, deterministic=True, log_every_n_steps=1,  # only per-epoch values are logged
+        )
+    except (ValueError, MisconfigurationException) as error:
+        raise UsageError(f"--accelerator {spec.accelerator}: {error}") from None
     module = planned.module(epsilon_so_far)
     if checkpoints is not None:
         checkpoints.attach(module)
@@ -529,13 +547,6 @@ def run(spec: RunSpec) -> dict[str, Any]:
     # In-memory test set in slices of 4096, no per-example collation.
     test_loader = DataLoader(list(zip(data.x_test.split(4096), data.y_test.split(4096))), batch_size=None,
                              generator=torch.Generator())
-    trainer = pl.Trainer(
-        max_epochs=hp["epochs"], accelerator=spec.accelerator, devices=1, logger=logger,
-        enable_checkpointing=False, callbacks=[checkpoints] if checkpoints else None,
-        plugins=[checkpoint.AtomicCheckpointIO()] if checkpoints else None,
-        enable_progress_bar=spec.progress_bar, enable_model_summary=False, num_sanity_val_steps=0,
-        use_distributed_sampler=False, deterministic=True, log_every_n_steps=1,  # only per-epoch values are logged
-    )
     started = time.perf_counter()
     try:
         with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():  # stdout is for results

@@ -41,7 +41,7 @@ from typing import Any
 from dpbench import store, tracking
 from dpbench.engine import UsageError
 from dpbench.published import PUBLISHED, PublishedResult
-from dpbench.records import LEDGER_VERSION
+from dpbench.records import LEDGER_VERSION, check_stored
 
 FORMATS = ("md", "html", "csv", "jsonl")
 CSV_COLUMNS = ["task", "data_id", "method", "epsilon", "epsilon_kind", "delta", "neighbouring", "tuning", "tuning_note",
@@ -622,24 +622,35 @@ def render(records: list[dict[str, Any]], fmt: str, task: str | None = None) -> 
 def write(fmt: str, task: str | None = None, out: str | None = None, wandb_path: str | None = None) -> None:
     """``dpbench leaderboard``: build from the store under ``DPBENCH_HOME`` (or from the records logged to the W&B
     project ``wandb_path``, merged by run id) and write to ``out`` or stdout."""
-    if wandb_path:
-        merged = {record["run_id"]: record for record in tracking.records_from_wandb(wandb_path)}
-        records = [r for r in merged.values() if task is None or r["task"] == task]
+    if wandb_path:  # merged by run id: the same record logged from several machines
+        logged = tracking.records_from_wandb(wandb_path)
+        merged = {str(r.get("run_id")) if isinstance(r, dict) else f"#{i}": r for i, r in enumerate(logged)}
+        records = [r for r in merged.values() if task is None or isinstance(r, dict) and r.get("task") == task]
         source = f"W&B project {wandb_path}"
     else:
         records = store.load(task=task) if task else store.load()
         source = str(store.default_path())
-    current = [r for r in records if r.get("ledger_version") == LEDGER_VERSION]
+    current = [r for r in records if isinstance(r, dict) and r.get("ledger_version") == LEDGER_VERSION]
+    for record in current:
+        try:
+            check_stored(record)
+        except ValueError as error:
+            raise UsageError(f"{source}: {error}") from None
+    older = (f"{len(records) - len(current)} records of older ledger versions (made before privacy fixes of the "
+             f"engine; see dpbench/records.py)")
+    if not current:
+        raise UsageError(f"no runs{f' of task {task!r}' if task else ''} of ledger version {LEDGER_VERSION} in {source}"
+                         + (f" ({older} left out)" if records else ""))
     if len(current) < len(records):
-        print(f"dpbench: leaving out {len(records) - len(current)} records of older ledger versions (made before "
-              f"privacy fixes of the engine; see dpbench/records.py)", file=sys.stderr)
+        print(f"dpbench: leaving out {older}", file=sys.stderr)
     records = current
-    if not records:
-        raise UsageError(f"no runs{f' of task {task!r}' if task else ''} of ledger version {LEDGER_VERSION} in {source}")
     text = render(records, fmt, task)
     if out is None:
         sys.stdout.write(text)
     else:
         path = Path(out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        except OSError as error:
+            raise UsageError(f"cannot write {out}: {error.strerror or error}") from None

@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.metadata
@@ -46,8 +47,10 @@ def _load_file(path: Path) -> ModuleType:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except BaseException:
+    except BaseException as error:
         del sys.modules[name]
+        if isinstance(error, Exception):  # a plugin that does not import: one line, not a traceback
+            raise RegistryError(f"plugin {path} does not load: {type(error).__name__}: {error}") from None
         raise
     return module
 
@@ -60,8 +63,13 @@ def _modules(package: ModuleType, group: str, plugin_dirs: list[Path]) -> list[M
         if not folder.is_dir():
             raise RegistryError(f"plugin folder {folder} does not exist")
         found += [_load_file(path) for path in sorted(folder.glob("*.py"))]
-    found += [entry.load() for entry in importlib.metadata.entry_points(group=group)]
+    found += [entry.load() for entry in _entry_points(group)]
     return found
+
+
+@functools.cache  # scanning every installed package's metadata takes ~40 ms; a process's packages do not change
+def _entry_points(group: str) -> tuple[importlib.metadata.EntryPoint, ...]:
+    return tuple(importlib.metadata.entry_points(group=group))
 
 
 def plugin_dirs(option: list[str] | None = None) -> list[Path]:
@@ -74,6 +82,9 @@ def _collect(package: ModuleType, group: str, base: type, folders: list[Path]) -
     for source in _modules(package, group, folders):
         classes = [source] if inspect.isclass(source) else _classes_in(source, base)
         for cls in classes:
+            if not isinstance(cls.name, str) or not cls.name:
+                raise RegistryError(f"{base.__name__.lower()} {cls.__qualname__} of {cls.__module__} has no name "
+                                    f"(a non-empty string), got {cls.name!r:.40}")
             if cls.name in registry and registry[cls.name] is not cls:
                 raise RegistryError(f"two {base.__name__.lower()}s are named {cls.name!r}: "
                                     f"{registry[cls.name].__module__} and {cls.__module__}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import multiprocessing
 import os
 import sys
@@ -25,12 +26,18 @@ import torch
 from dpbench import allocator, engine, multiseed, registry, store
 from dpbench.engine import RunSpec, UsageError
 from dpbench.method import ReleaseMethod
+from dpbench.records import check_stored
 
 Cell = tuple[tuple[str, str, float | None], list[int]]  # ((task, method, ε), seeds)
 
 
 def _stored(records: list[dict[str, Any]]) -> set[tuple[str, int]]:
     """(identity, seed) of the stored untuned runs (:func:`dpbench.engine.identity`: settings, code, ledger)."""
+    for record in records:
+        try:
+            check_stored(record)
+        except ValueError as error:
+            raise UsageError(f"{store.default_path()}: {error}") from None
     return {(engine.identity(r), r["seed"]) for r in records if r.get("tuning") is None}
 
 
@@ -110,8 +117,8 @@ def run_grid(grid: dict[str, Any], workers: int = 1) -> dict[str, int]:
     unknown = [m for m in grid["methods"] if m not in known_methods] + [t for t in grid["tasks"] if t not in known_tasks]
     if unknown:
         raise UsageError(f"unknown methods or tasks in the grid: {', '.join(unknown)}")
-    if workers < 1:
-        raise UsageError(f"workers must be at least 1, got {workers}")
+    if not 1 <= workers <= max(2, os.cpu_count() or 1):  # each worker process holds its own PyTorch
+        raise UsageError(f"workers must lie in 1..{max(2, os.cpu_count() or 1)} (the CPU cores), got {workers}")
     runs = planned_runs(grid)
     pending, refused_cells = _pending_groups(runs, _stored(store.load()))
     cells = jobs(list(pending.items()), known_methods)
@@ -149,12 +156,31 @@ def run_grid(grid: dict[str, Any], workers: int = 1) -> dict[str, int]:
     return counts
 
 
+#: At most this many seeds per cell (a grid's cells times seeds are planned as one list before anything runs).
+MAX_SEEDS = 10_000
+
+
 def load_grid(path: str) -> dict[str, Any]:
+    """The grid in the JSON file ``path``, checked: ``tasks`` and ``methods`` lists of names, ``epsilons`` a list of
+    finite numbers > 0, ``seeds`` a whole number from 1 to :data:`MAX_SEEDS`. Other keys are left to the code that
+    reads them."""
     try:
-        grid = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as error:
+        grid = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:  # ValueError: bad JSON, or not UTF-8
         raise UsageError(f"cannot read grid {path}: {error}") from None
+    if not isinstance(grid, dict):
+        raise UsageError(f"grid {path} is not a JSON object")
     missing = {"tasks", "methods", "epsilons", "seeds"} - set(grid)
     if missing:
         raise UsageError(f"grid {path} lacks {', '.join(sorted(missing))}")
+    for key in ("tasks", "methods"):
+        if not isinstance(grid[key], list) or not all(isinstance(name, str) for name in grid[key]):
+            raise UsageError(f"grid {path}: {key} must be a list of names, got {grid[key]!r:.80}")
+    epsilons = grid["epsilons"]
+    if not isinstance(epsilons, list) or not all(
+            isinstance(e, (int, float)) and not isinstance(e, bool) and math.isfinite(e) and e > 0 for e in epsilons):
+        raise UsageError(f"grid {path}: epsilons must be a list of finite numbers > 0, got {epsilons!r:.80}")
+    seeds = grid["seeds"]
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= MAX_SEEDS:
+        raise UsageError(f"grid {path}: seeds must be a whole number from 1 to {MAX_SEEDS}, got {seeds!r:.80}")
     return grid
