@@ -46,7 +46,7 @@ import pytorch_lightning as pl
 import torch
 from lightning_fabric.plugins import TorchCheckpointIO
 
-from dpbench import records
+from dpbench import engine, noise, records
 from dpbench.engine import UsageError
 
 CHECKPOINT = "checkpoint.ckpt"
@@ -89,13 +89,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 def settings(planned) -> dict[str, Any]:
     """What a run's checkpoint must have been made with to be resumed exactly: the record's identity
     (``engine.identity``: task, method, data, budget, hyperparameters, code, ledger version), the seed, σ, the
-    samplers, the clipping path, the library versions and the thread count."""
-    from dpbench import engine, noise
-
+    samplers, the clipping path, dpbench's commit, the library versions and the thread count."""
     spec, record = planned.spec, planned.record
     return {**json.loads(engine.identity(record)), "seed": spec.seed, "noise_multiplier": record["noise_multiplier"],
             "sample_rate": record["sample_rate"], "noise": spec.noise, "philox_built": noise.fill_normal is not None,
-            "clipping": spec.clipping, "versions": records.versions(), "threads": torch.get_num_threads()}
+            "clipping": spec.clipping, "git_commit": records.git_commit(), "versions": records.versions(),
+            "threads": torch.get_num_threads()}
 
 
 def capture(module) -> dict[str, Any]:
@@ -149,6 +148,8 @@ class Checkpoints(pl.Callback):
             self.folder.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise UsageError(f"cannot create the checkpoint folder {self.folder}: {error.strerror}") from None
+        for left in self.folder.glob(".*.tmp"):  # of writes that a kill interrupted
+            left.unlink(missing_ok=True)
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_index):
         # An epoch's last step is checkpointed at the epoch's end, with its test metrics.

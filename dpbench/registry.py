@@ -63,12 +63,12 @@ def _modules(package: ModuleType, group: str, plugin_dirs: list[Path]) -> list[M
         if not folder.is_dir():
             raise RegistryError(f"plugin folder {folder} does not exist")
         found += [_load_file(path) for path in sorted(folder.glob("*.py"))]
-    found += [entry.load() for entry in _entry_points(group)]
+    found += [entry.load() for entry in _entry_points(group, tuple(sys.path))]
     return found
 
 
-@functools.cache  # scanning every installed package's metadata takes ~40 ms; a process's packages do not change
-def _entry_points(group: str) -> tuple[importlib.metadata.EntryPoint, ...]:
+@functools.lru_cache(maxsize=16)  # scanning every installed package's metadata takes ~40 ms: once per search path
+def _entry_points(group: str, path: tuple[str, ...]) -> tuple[importlib.metadata.EntryPoint, ...]:
     return tuple(importlib.metadata.entry_points(group=group))
 
 

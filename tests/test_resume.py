@@ -131,7 +131,7 @@ class Killer:
     inside a write). Watches from a thread, so that the test can compute the uninterrupted run meanwhile."""
 
     def __init__(self, args: list[str], folder: Path, total_steps: int, rng: random.Random):
-        self.folder, self.target, self.rng = folder, rng.randint(1, total_steps * 3 // 4), rng
+        self.folder, self.target, self.rng = folder, rng.randint(1, total_steps // 2), rng
         env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}  # the resume check wants the same
         self.process = subprocess.Popen(
             [sys.executable, "-m", "dpbench.cli", "run", *args, "--checkpoint-dir", str(folder),
@@ -149,7 +149,7 @@ class Killer:
                 except Exception:  # noqa: BLE001 (cannot happen with atomic writes; `left` below checks)
                     steps = 0
                 if steps >= self.target:
-                    time.sleep(self.rng.uniform(0, 0.05))
+                    time.sleep(self.rng.uniform(0, 0.02))
                     break
             time.sleep(0.005)
         self.process.send_signal(signal.SIGKILL)
