@@ -80,6 +80,15 @@ def code_of(cls: type, base: type) -> dict[str, Any]:
             "external": external, "sha256": combined.hexdigest()}
 
 
+def majority_rate(data: TaskData) -> float | None:
+    """The share of the test set's most common class (what a model that always predicts it scores), for integer
+    class labels; None otherwise. The test set is public."""
+    labels = data.y_test
+    if labels.dtype.is_floating_point or labels.dim() != 1 or len(labels) == 0:
+        return None
+    return float(labels.bincount().max()) / len(labels)
+
+
 def provenance(task: type, method: type, data: TaskData, seed: int, hyperparameters: dict[str, Any],
                overrides: dict[str, Any]) -> dict[str, Any]:
     """The fields that say what was run on which data by which code, known before training."""
@@ -94,6 +103,7 @@ def provenance(task: type, method: type, data: TaskData, seed: int, hyperparamet
         "preprocessing": data.preprocessing,
         "n_train": data.n_train,
         "n_test": len(data.x_test),
+        "test_majority_rate": majority_rate(data),
         "seed": seed,
         "hyperparameters": hyperparameters,
         "overrides": dict(overrides),  # what the command line changed from the defaults
@@ -116,7 +126,7 @@ def _number(value: Any) -> bool:
 
 
 #: What a stored record's fields must be for the code that reads records (leaderboard, sweep): field -> (what it
-#: must be, test). Records come from the store or W&B, which anyone can edit.
+#: must be, test). Records come from the store, a records file or W&B, which anyone can edit.
 STORED_FIELDS = {
     "run_id": ("a string", lambda v: isinstance(v, str)),
     "task": ("a string", lambda v: isinstance(v, str)),
@@ -134,30 +144,44 @@ STORED_FIELDS = {
     "epsilon_target": ("a positive number or null", lambda v: v is None or _number(v) and v > 0),
     "delta": ("a number in (0, 1) or null", lambda v: v is None or _number(v) and 0 < v < 1),
 }
+_CODE = ("an object whose 'method' is an object with a string 'sha256' (required for an external plugin)",
+         lambda v: isinstance(v, dict) and ("method" not in v or isinstance(v["method"], dict) and isinstance(
+             v["method"].get("sha256", None if v["method"].get("external") else ""), str)))
 OPTIONAL_FIELDS = {
     "neighbouring": ("a string or null", lambda v: v is None or isinstance(v, str)),
     "n_train": ("a whole number or null", lambda v: v is None or isinstance(v, int) and not isinstance(v, bool)),
     "data_note": ("a string or null", lambda v: v is None or isinstance(v, str)),
-    "tuning": ("null or an object with a string 'mode'",
+    "tuning": ("a dict with a 'mode' (a string), or null",
                lambda v: v is None or isinstance(v, dict) and isinstance(v.get("mode"), str)),
-    "code": ("an object whose 'method' is an object with a string 'sha256'", lambda v: isinstance(v, dict) and (
-        "method" not in v or isinstance(v["method"], dict) and isinstance(v["method"].get("sha256", ""), str))),
+    "code": _CODE,
+}
+#: The fields of an audit record (``kind`` "audit", :mod:`dpbench.audit`) that the board reads.
+AUDIT_FIELDS = {
+    "run_id": ("a string", lambda v: isinstance(v, str)),
+    "task": ("a string", lambda v: isinstance(v, str)),
+    "threat_model": ("a string", lambda v: isinstance(v, str)),
+    "passed": ("true or false", lambda v: isinstance(v, bool)),
+    "code": ("an object whose 'method' is an object with a string 'sha256'", lambda v: isinstance(v, dict) and
+             isinstance(v.get("method"), dict) and isinstance(v["method"].get("sha256"), str)),
 }
 
 
 def check_stored(record: Any) -> None:
     """Raise ValueError, naming the run and the field, unless ``record`` has the fields the leaderboard and the
-    sweep read, of the right types (a private run with its δ and its target or spent ε)."""
+    sweep read, of the right types (a private run with its δ and its target or spent ε; an audit record with what
+    the board's audit marks read)."""
     if not isinstance(record, dict):
         raise ValueError(f"a stored record is not an object: {str(record)[:80]}")
-    run = f"run {str(record.get('run_id'))[:40]!r}"
-    for table, required in ((STORED_FIELDS, True), (OPTIONAL_FIELDS, False)):
+    run = f"{'audit' if record.get('kind') == 'audit' else 'run'} {' '.join(str(record.get('run_id'))[:40].split())}"
+    tables = ((AUDIT_FIELDS, True),) if record.get("kind") == "audit" else ((STORED_FIELDS, True),
+                                                                             (OPTIONAL_FIELDS, False))
+    for table, required in tables:
         for key, (kind, valid) in table.items():
             if key not in record:
                 if required:
                     raise ValueError(f"{run} has no {key!r}")
             elif not valid(record[key]):
                 raise ValueError(f"{run}: {key!r} must be {kind}, got {str(record[key])[:80]}")
-    if record["private"] and (record["delta"] is None or record["epsilon_target"] is None and
-                              record["epsilon"] is None):
+    if record.get("kind") != "audit" and record["private"] and (
+            record["delta"] is None or record["epsilon_target"] is None and record["epsilon"] is None):
         raise ValueError(f"{run} is private but lacks its delta or epsilon")

@@ -1,16 +1,17 @@
 """Fuzzed input (Hypothesis): every malformed command line, grid file, search-space file, plugin file, ``--set``
-value or stored record ends in exactly one line on stderr starting ``dpbench: error:`` (what the loggers and
-warnings would print counted too), exit code 2, and nothing written (results store, study storage and the files the
-command names unchanged); nothing ends in a traceback or another exit code.
+value, stored record or records file ends in exactly one line on stderr starting ``dpbench: error:`` (what the
+loggers and warnings would print counted too), exit code 2, and nothing written (results store, study storage and
+the files the command names unchanged); nothing ends in a traceback or another exit code (but 1 for ``verify`` and
+``leaderboard --check``, which exit 1 when they find problems in the records they are given).
 
 The CLI runs in this process (``dpbench.cli.main``). Validation is the real code; what comes after it is replaced,
 so that each case takes milliseconds: training (Lightning's ``Trainer.fit``, the output/objective perturbation
-solvers, a sweep's jobs, a tuning study) raises :class:`Trained`, which counts as exit 0, and the engine's
+solvers, a sweep once its cells are planned, a tuning study) raises :class:`Trained`, which counts as exit 0, and the engine's
 accountant (calibration and ε of a run) returns a constant. The accountant itself is fuzzed through
 ``dpbench privacy``, which runs it for real. Tasks are the bundled ones (no download). Every test runs at least
 200 generated inputs under a fixed profile (derandomized, no deadline): the same inputs on every CI run, after the
-explicit examples, which are the bugs found while writing these tests. ``DPBENCH_FUZZ_EXAMPLES=N`` runs N per test instead, e.g. to
-search further before a release (0: the explicit examples only).
+explicit examples, which are the bugs found while writing these tests. ``DPBENCH_FUZZ_EXAMPLES=N`` runs N per test
+instead, e.g. to search further before a release (0: the explicit examples only).
 """
 import contextlib
 import io
@@ -56,7 +57,13 @@ def sandbox(tmp_path, monkeypatch):
     monkeypatch.setattr(pl.Trainer, "fit", _trained)
     monkeypatch.setattr(release, "output_perturbation", _trained)
     monkeypatch.setattr(release, "approximate_minima_perturbation", _trained)
-    monkeypatch.setattr(sweep, "jobs", _trained)
+    pending = sweep.pending  # the grid's cells checked and planned (stored records read), then no cell runs
+
+    def planned_then_trained(grid):
+        pending(grid)
+        raise Trained
+
+    monkeypatch.setattr(sweep, "pending", planned_then_trained)
     monkeypatch.setattr(tuning, "open_study", _trained)
     monkeypatch.setattr(tuning, "calibrate_trial_noise", lambda *args: 1.0)
     monkeypatch.setattr(tuning, "score_noise_multiplier", lambda trial: 1.0)
@@ -99,8 +106,9 @@ def _printing_loggers() -> list[logging.Logger]:
     return [logging.getLogger(), *(logging.getLogger(name) for name in names if not logging.getLogger(name).propagate)]
 
 
-def check(argv: list[str], sandbox: Path) -> int:
-    """Run ``dpbench ARGV``; assert the property (module docstring); return the exit code."""
+def check(argv: list[str], sandbox: Path, exits: tuple[int, ...] = (0, 2)) -> int:
+    """Run ``dpbench ARGV``; assert the property (module docstring); return the exit code. ``exits``: the codes
+    allowed (``verify`` and ``leaderboard --check`` exit 1 when they find problems: their answer, not an error)."""
     home = Path(os.environ["DPBENCH_HOME"])
     before = _state(home, sandbox)
     out, err, logged, loggers = io.StringIO(), io.StringIO(), _Logged(), _printing_loggers()
@@ -121,7 +129,7 @@ def check(argv: list[str], sandbox: Path) -> int:
             logger.removeHandler(logged)
     error = err.getvalue()
     assert "Traceback" not in error, error
-    assert code in (0, 2), (code, error)
+    assert code in exits, (code, error)
     if code == 2:
         lines = [*logged.lines, *(str(warning.message) for warning in warned), *error.strip().splitlines()]
         assert len(lines) == 1 and lines[0].startswith("dpbench: error: "), lines
@@ -493,6 +501,51 @@ def test_stored_records(sandbox, records, command):
     _store_raw(records)
     WANDB_RECORDS[:] = records
     check(command, sandbox)
+
+
+def _records_text(draw_records: list, junk: list[str]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in draw_records) + "".join(line + "\n" for line in junk)
+
+
+RECORDS_FILE = st.tuples(st.lists(st.one_of(*[stored_record()] * 4, JSON), max_size=3),
+                         st.lists(st.one_of(TEXT, st.sampled_from(["{", "[]", "null", "{\"run_id\": 1}"])),
+                                  max_size=1)).map(lambda parts: _records_text(*parts))
+
+
+@FUZZ
+@given(text=st.one_of(*[RECORDS_FILE] * 4, TEXT), command=st.sampled_from([
+    ["leaderboard", "--records", "records.jsonl"], ["leaderboard", "--records", "records.jsonl", "--format", "csv"],
+    ["leaderboard", "--records", "records.jsonl", "--check"], ["verify", "records.jsonl"]]))
+def test_record_files(sandbox, text, command):
+    """Records files (``leaderboard --records``, ``verify``): a record with fields removed or replaced by any JSON,
+    a line that is not a record, text that is not JSON lines. ``verify`` recomputes ε with dp-accounting."""
+    (sandbox / "records.jsonl").write_text(text, encoding="utf-8")
+    check(command, sandbox, exits=(0, 1, 2))
+
+
+AUDIT_OPTIONS = {
+    "--method": name_of(METHODS), "--task": name_of(TASKS), "--epsilon": mostly("0.5", "1", "8"),
+    "--delta": mostly("1e-5", "1e-6"), "--seed": mostly("0", "1"), "--canaries": mostly("10", "100", "1000"),
+    "--threat-model": mostly("white-box", "black-box", bad=TEXT), "--epochs": mostly("1", "2"),
+    "--batch-size": mostly("16", "64"), "--lr": mostly("0.1", "1"), "--set": mostly("lr=0.5", "clip=1"),
+    "--plugins": PATH, "--json": BARE,
+}
+
+
+@FUZZ
+@given(rest=options(AUDIT_OPTIONS), method=name_of(["dpsgd", "nonprivate", "dpadam_bc"]))
+def test_audit_command_lines(sandbox, rest, method):
+    check(["audit", "--method", method, "--task", "digits", *rest], sandbox)
+
+
+@FUZZ
+@given(path=PATH, rest=options({
+    "--rerun": mostly("0", bad=st.sampled_from(["-1", "-" + "9" * 20, "x", "1.5", "", "nan"])),
+    "--seed": mostly("0", "1")}))
+def test_verify_command_lines(sandbox, path, rest):
+    """``verify`` with any path and options (reruns are not drawn: they would train)."""
+    (sandbox / "empty" / "records.jsonl").write_text(json.dumps(valid_record()) + "\n", encoding="utf-8")
+    check(["verify", path, *rest], sandbox, exits=(0, 1, 2))
 
 
 def test_a_w_and_b_project_that_cannot_be_read_is_refused(monkeypatch, refused):

@@ -8,8 +8,6 @@ import random
 import shutil
 import signal
 import sqlite3
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -22,7 +20,6 @@ import torch
 from dpbench import checkpoint, engine, store
 from dpbench.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
 #: What two runs of the same settings may differ in.
 TIMING = {"train_seconds", "created_at", "run_id"}
 
@@ -96,9 +93,9 @@ def plugin(tmp_path):
 ])
 def test_resuming_from_any_checkpoint_gives_the_uninterrupted_record(tmp_path, monkeypatch, plugin, method, task,
                                                                      overrides):
-    """A run checkpointing after every step, then resumed from each of its checkpoints in turn (mid-epoch, at
-    epoch ends, at the end of training): every resumed run ends with the record of the run that was never
-    interrupted. (Leaving out the noise counter, the method state or the sampler position fails it.)"""
+    """A run checkpointing after every step, then resumed from its checkpoints at every epoch's end, the first and
+    last step and three random mid-epoch steps, in turn: every resumed run ends with the record of the run that was
+    never interrupted. (Leaving out the noise counter, the method state or the sampler position fails it.)"""
     copies = []
     write = checkpoint.atomic_write
 
@@ -115,34 +112,52 @@ def test_resuming_from_any_checkpoint_gives_the_uninterrupted_record(tmp_path, m
     uninterrupted = comparable(engine.run(spec))
     monkeypatch.setattr(checkpoint, "atomic_write", write)
     assert len(copies) == uninterrupted["steps"] >= 8
-    for number, copy in enumerate(copies):
+    # Every epoch's end, the first and the last step, and three random mid-epoch steps (not all: CI time).
+    epochs = int(uninterrupted["hyperparameters"]["epochs"])
+    per_epoch = uninterrupted["steps"] // epochs
+    ends = {per_epoch * (epoch + 1) - 1 for epoch in range(epochs)}
+    seed = random.randrange(2**32)
+    middle = random.Random(seed).sample(sorted(set(range(len(copies))) - ends - {0}), 3)
+    for number in sorted(ends | {0, len(copies) - 1, *middle}):
+        copy = copies[number]
         folder = tmp_path / f"resumed{number}"
         folder.mkdir()
         shutil.copy(copy, folder / checkpoint.CHECKPOINT)
         resumed = engine.run(replace(spec, checkpoint_dir=str(folder), resume=True))
-        assert comparable(resumed) == uninterrupted, f"resumed after step {number + 1}"
+        assert comparable(resumed) == uninterrupted, f"resumed after step {number + 1} (sample seed {seed})"
 
 
 # ---- SIGKILL at a random step, then resume ---------------------------------------------------------------------
 
+def _run_in_child(argv: list[str], log: str) -> None:
+    """The body of a forked child: ``dpbench ARGV`` with stdout discarded and stderr to ``log``."""
+    with open(os.devnull, "w") as null, open(log, "w") as err:
+        os.dup2(null.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        os._exit(main(argv))
+
+
 class Killer:
-    """Runs ``dpbench run ARGS --checkpoint-dir FOLDER`` in a subprocess and SIGKILLs it once a checkpoint at or
+    """Runs ``dpbench run ARGS --checkpoint-dir FOLDER`` in a child process and SIGKILLs it once a checkpoint at or
     after a random step is written, plus a random delay, so that the kill lands between checkpoints (sometimes
-    inside a write). Watches from a thread, so that the test can compute the uninterrupted run meanwhile."""
+    inside a write). The child is forked from this process (a new interpreter would spend ~10 s importing PyTorch
+    and Lightning: CI time), so it runs with the same code, libraries and thread count; the kill and the resume are
+    those of separate processes. Watches from a thread, so that the test can compute the uninterrupted run
+    meanwhile."""
 
     def __init__(self, args: list[str], folder: Path, total_steps: int, rng: random.Random):
         self.folder, self.target, self.rng = folder, rng.randint(1, total_steps // 2), rng
-        env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}  # the resume check wants the same
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "dpbench.cli", "run", *args, "--checkpoint-dir", str(folder),
-             "--checkpoint-every", str(rng.randint(2, 9)), "--no-wandb"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
+        self.log = str(folder.parent / "killed.stderr")
+        argv = ["run", *args, "--checkpoint-dir", str(folder), "--checkpoint-every", str(rng.randint(2, 9)),
+                "--no-wandb"]
+        self.process = multiprocessing.get_context("fork").Process(target=_run_in_child, args=(argv, self.log))
+        self.process.start()  # before the watching thread: a fork copies only the forking thread
         self.thread = threading.Thread(target=self._watch)
         self.thread.start()
 
     def _watch(self) -> None:
         path, deadline = self.folder / checkpoint.CHECKPOINT, time.monotonic() + 600
-        while time.monotonic() < deadline and self.process.poll() is None:
+        while time.monotonic() < deadline and self.process.is_alive():
             if path.exists():
                 try:
                     steps = checkpoint.load(path)["dpbench"]["ledger"]["steps"]
@@ -152,13 +167,15 @@ class Killer:
                     time.sleep(self.rng.uniform(0, 0.02))
                     break
             time.sleep(0.005)
-        self.process.send_signal(signal.SIGKILL)
+        if self.process.is_alive():
+            os.kill(self.process.pid, signal.SIGKILL)
 
     def left(self) -> int:
         """The step of the checkpoint the killed run left behind."""
         self.thread.join()
-        _, error = self.process.communicate(timeout=60)
-        assert self.process.returncode == -signal.SIGKILL, f"the run ended before the kill: {error.decode()[-2000:]}"
+        self.process.join(timeout=60)
+        error = Path(self.log).read_text(errors="replace")
+        assert self.process.exitcode == -signal.SIGKILL, f"the run ended before the kill: {error[-2000:]}"
         assert not (self.folder / checkpoint.RECORD).exists()
         return checkpoint.load(self.folder / checkpoint.CHECKPOINT)["dpbench"]["ledger"]["steps"]  # whole, always
 
