@@ -44,10 +44,16 @@ def _settings(pairs: list[tuple[str, str]]) -> dict[str, str]:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse's usage errors as one line (the caller prints it and exits 2), not the usage block."""
+    """argparse refusing as dpbench does (one line, exit 2), not with the usage text and its own prefix."""
 
     def error(self, message: str):
-        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _refuse(error: Exception) -> int:
+    """Print ``error`` as the one line of a refusal (line breaks in the user's input included)."""
+    print("dpbench: error: " + " ".join(str(error).splitlines()), file=sys.stderr)
+    return EXIT_USAGE
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -82,7 +88,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--noise", choices=engine.NOISE, default="fast",
                      help="Gaussian sampler: fast (Philox on the CPU, dpbench/noise.py) or torch (PyTorch's normal_, "
                           "as runs made before dpbench had its own)")
-    run.add_argument("--checkpoint-dir", help="save Lightning checkpoints (last epoch) here")
+    run.add_argument("--checkpoint-dir", metavar="DIR",
+                     help="keep what the run needs to continue exactly here (dpbench/checkpoint.py)")
+    run.add_argument("--resume", metavar="DIR", help="continue the run whose checkpoint is in DIR (same command)")
+    run.add_argument("--checkpoint-every", type=_positive_int, default=100, metavar="STEPS",
+                     help="steps between checkpoints (default 100; also at every epoch's end)")
     run.add_argument("--plugins", action="append", default=[], metavar="DIR",
                      help="folder of extra method/task files (also: DPBENCH_PLUGINS)")
     run.add_argument("--json", action="store_true", help="print the run record as one JSON object")
@@ -226,17 +236,18 @@ def _privacy(args: argparse.Namespace) -> dict[str, Any]:
         check_relation(args.accountant, "poisson", args.neighbouring)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    if args.epsilon is not None:
-        if not (math.isfinite(args.epsilon) and args.epsilon > 0):
-            raise UsageError(f"epsilon must be a finite number > 0, got {args.epsilon}")
-        sigma = calibrate_noise_multiplier(args.epsilon, args.delta, args.sample_rate, args.steps, args.accountant,
-                                           neighbouring=args.neighbouring)
-    else:
-        sigma = args.noise_multiplier
-        if not (math.isfinite(sigma) and sigma > 0):
-            raise UsageError(f"noise multiplier must be a finite number > 0, got {sigma}")
-    releases = GaussianReleases(args.sample_rate, sigma, args.steps, neighbouring=args.neighbouring)
-    return {"epsilon": releases.epsilon(args.delta, args.accountant), "noise_multiplier": sigma,
+    if args.epsilon is not None and not (math.isfinite(args.epsilon) and args.epsilon > 0):
+        raise UsageError(f"epsilon must be a finite number > 0, got {args.epsilon}")
+    if args.noise_multiplier is not None and not (math.isfinite(args.noise_multiplier) and args.noise_multiplier > 0):
+        raise UsageError(f"noise multiplier must be a finite number > 0, got {args.noise_multiplier}")
+    try:
+        sigma = args.noise_multiplier or calibrate_noise_multiplier(
+            args.epsilon, args.delta, args.sample_rate, args.steps, args.accountant, neighbouring=args.neighbouring)
+        releases = GaussianReleases(args.sample_rate, sigma, args.steps, neighbouring=args.neighbouring)
+        epsilon = releases.epsilon(args.delta, args.accountant)
+    except ValueError as error:  # e.g. more releases than dpbench accounts, or σ = 1e300
+        raise UsageError(str(error)) from None
+    return {"epsilon": epsilon, "noise_multiplier": sigma,
             "sample_rate": args.sample_rate, "steps": args.steps, "delta": args.delta, "accountant": args.accountant,
             "sampler": "poisson", "neighbouring": args.neighbouring}
 
@@ -285,13 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
     except UsageError as error:
-        print(f"dpbench: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return _refuse(error)
     if hasattr(args, "plugins"):
         args.plugins = [*args.global_plugins, *args.plugins]
     elif args.global_plugins:
-        print(f"dpbench: error: dpbench {args.command} takes no plugins", file=sys.stderr)
-        return EXIT_USAGE
+        return _refuse(UsageError(f"dpbench {args.command} takes no plugins"))
     allocator.keep_freed_memory()  # speed only: a step's large tensors are not page-faulted in again every step
     # Lightning's informational lines would mix with --json output on stdout.
     logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
@@ -348,18 +357,21 @@ def main(argv: list[str] | None = None) -> int:
                          [("epochs", args.epochs), ("batch_size", args.batch_size), ("lr", args.lr),
                           ("clip", args.clip)] if value is not None}
             overrides.update(_settings(args.set))
+            if args.resume and args.checkpoint_dir and args.resume != args.checkpoint_dir:
+                raise UsageError("--resume continues writing checkpoints to its own folder: give --checkpoint-dir "
+                                 "the same folder or leave it out")
             spec = engine.RunSpec(
                 method=args.method, task=args.task, epsilon=args.epsilon, noise_multiplier=args.noise_multiplier,
                 delta=args.delta, seed=args.seed, overrides=overrides, profile=args.profile, sampler=args.sampler,
                 accountant=args.accountant, neighbouring=args.neighbouring, force_delta=args.force_delta,
                 accelerator=args.accelerator,
-                clipping=args.clipping, noise=args.noise, checkpoint_dir=args.checkpoint_dir, plugins=args.plugins,
+                clipping=args.clipping, noise=args.noise, checkpoint_dir=args.resume or args.checkpoint_dir,
+                resume=bool(args.resume), checkpoint_every=args.checkpoint_every, plugins=args.plugins,
                 wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, no_wandb=args.no_wandb)
             record = engine.run(spec)
             print(json.dumps(record) if args.json else _summary(record))
     except (UsageError, DataError, registry.RegistryError) as error:
-        print(f"dpbench: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return _refuse(error)
     except tuning.TuningError as error:
         print(f"dpbench: {error}", file=sys.stderr)
         return 1

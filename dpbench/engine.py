@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import pytorch_lightning as pl
 import torch
+from lightning_fabric.utilities.exceptions import MisconfigurationException
 from torch.utils.data import DataLoader
 
 from dpbench import guards, records, registry, store, streams, tracking
@@ -58,7 +59,9 @@ class RunSpec:
     accelerator: str = "cpu"
     clipping: str = "fast"  # per-example clipping: "fast" (dpbench.ghost) or "reference" (torch.func.vmap)
     noise: str = "fast"  # Gaussian sampler: "fast" (dpbench.noise: Philox on the CPU) or "torch" (PyTorch's normal_)
-    checkpoint_dir: str | None = None
+    checkpoint_dir: str | None = None  # dpbench.checkpoint: where the run keeps its checkpoints
+    resume: bool = False  # continue the run whose checkpoint is in checkpoint_dir
+    checkpoint_every: int = 100  # steps between checkpoints (and one at every epoch's end)
     plugins: list[str] = field(default_factory=list)
     progress_bar: bool = True
     store_path: Path | None = None
@@ -75,20 +78,21 @@ class RunSpec:
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:
-    """Parse a ``--set`` value as the type of the default it replaces."""
-    if not isinstance(value, str) or isinstance(default, str):
-        return value
-    try:
-        if isinstance(default, bool):
-            if value.lower() not in ("true", "false", "1", "0"):
-                raise ValueError
-            return value.lower() in ("true", "1")
-        if isinstance(default, int):
-            return int(value)
-        if isinstance(default, float):
-            return float(value)
-    except ValueError:
-        raise UsageError(f"{key}={value!r} is not a valid {type(default).__name__}") from None
+    """Parse a ``--set`` value as the type of the default it replaces; NaN and infinity are refused."""
+    if isinstance(value, str) and not isinstance(default, str):
+        try:
+            if isinstance(default, bool):
+                if value.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError
+                value = value.lower() in ("true", "1")
+            elif isinstance(default, int):
+                value = int(value)
+            elif isinstance(default, float):
+                value = float(value)
+        except ValueError:
+            raise UsageError(f"{key}={value!r} is not a valid {type(default).__name__}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UsageError(f"{key} must be a finite number, got {value}")
     return value
 
 
@@ -450,6 +454,12 @@ def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = 
     if method.private:
         if spec.noise_multiplier is not None:
             sigma = spec.noise_multiplier
+            if calibrate:  # the ε the run will report, now rather than after training (the same, cached)
+                try:
+                    GaussianReleases(sample_rate, sigma, planned_releases, sampler_name, steps_per_epoch * per_step,
+                                     data_releases, neighbouring).epsilon(delta, spec.accountant)
+                except ValueError as error:
+                    raise UsageError(f"task {task_class.name}: {error}") from None
         else:
             target_epsilon = target_epsilon if target_epsilon is not None else task_class.defaults.get("epsilon", 1.0)
             sigma = None
@@ -478,8 +488,10 @@ def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = 
     return PlannedRun(spec, method, task, data, hp, sampler, steps_per_epoch, delta, data_releases, record, held_out)
 
 
-def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, wandb_run=None) -> dict[str, Any]:
-    """Charge what ``module`` drew, complete and seal the record, close its W&B run, store it; returns the record."""
+def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, wandb_run=None,
+           checkpoints=None) -> dict[str, Any]:
+    """Charge what ``module`` drew, complete and seal the record, close its W&B run, keep it beside the run's
+    ``checkpoints`` (a ``dpbench.checkpoint.Checkpoints``) and store it; returns the record."""
     spec, record = planned.spec, planned.record
     try:
         spent = None
@@ -512,6 +524,8 @@ def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, w
     records.seal(record)
     if wandb_run is not None:
         tracking.finish(wandb_run, record)
+    if checkpoints is not None:
+        checkpoints.finished(record)
     if spec.append_to_store:
         store.append(record, spec.store_path)
     return record
@@ -528,25 +542,43 @@ def run(spec: RunSpec, task_class: type[Task] | None = None,
         return release.run(spec, method, registered_task)
     planned = plan(spec, task_class=task_class)
     spec, data, hp = planned.spec, planned.data, planned.hp
+    checkpoints, resume_from = None, None
+    if spec.checkpoint_dir:
+        from dpbench import checkpoint  # imported here: dpbench.checkpoint builds on this module
+
+        checkpoints, resume_from, finished = checkpoint.prepare(planned, spec.checkpoint_dir, spec.resume,
+                                                                spec.checkpoint_every)
+        if finished is not None:  # it ended before: its record, which may not have reached the store
+            if spec.append_to_store:
+                store.append(finished, spec.store_path)
+            return finished
+    elif spec.resume:
+        raise UsageError("resuming needs the run's checkpoint folder")
     wandb = tracking.wandb_settings(spec.wandb_project, spec.wandb_entity, spec.no_wandb)
     logger = tracking.make_logger(wandb, planned.record) if wandb else False
     epsilon_so_far = ((lambda count: logged_epsilon(planned.releases_charged(count), planned.delta))
                       if method.private and logger else None)
+    try:  # before anything is written: Lightning refuses unknown or unavailable accelerators here
+        trainer = pl.Trainer(
+            max_epochs=hp["epochs"], accelerator=spec.accelerator, devices=1, logger=logger,
+            enable_checkpointing=False, callbacks=[*callbacks, *([checkpoints] if checkpoints else [])],
+            plugins=[checkpoint.AtomicCheckpointIO()] if checkpoints else None,
+            enable_progress_bar=spec.progress_bar, enable_model_summary=False, num_sanity_val_steps=0,
+            use_distributed_sampler=False, deterministic=True, log_every_n_steps=1,  # only per-epoch values are logged
+        )
+    except (ValueError, MisconfigurationException) as error:
+        raise UsageError(f"--accelerator {spec.accelerator}: {error}") from None
     module = planned.module(epsilon_so_far)
+    if checkpoints is not None:
+        checkpoints.attach(module)
+    # Each DataLoader iteration draws a seed for worker processes (none here); from a generator of its own, so that
+    # it does not shift the global one (stream "training": dropout) at every epoch and test, which would make the
+    # dropout masks after a resume depend on where the run was resumed.
     train_loader = DataLoader(IndexedTensors(data.x_train, data.y_train), batch_sampler=planned.sampler,
-                              collate_fn=list)
+                              collate_fn=list, generator=torch.Generator())
     # In-memory test set in slices of 4096, no per-example collation.
-    test_loader = DataLoader(list(zip(data.x_test.split(4096), data.y_test.split(4096))), batch_size=None)
-    callbacks = list(callbacks)
-    if spec.checkpoint_dir:
-        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=spec.checkpoint_dir, save_last=True))
-    trainer = pl.Trainer(
-        max_epochs=hp["epochs"], accelerator=spec.accelerator, devices=1, logger=logger,
-        enable_checkpointing=bool(spec.checkpoint_dir), callbacks=callbacks,
-        enable_progress_bar=spec.progress_bar, enable_model_summary=False, num_sanity_val_steps=0,
-        use_distributed_sampler=False, deterministic=True, default_root_dir=spec.checkpoint_dir,
-        log_every_n_steps=1,  # only per-epoch values are logged
-    )
+    test_loader = DataLoader(list(zip(data.x_test.split(4096), data.y_test.split(4096))), batch_size=None,
+                             generator=torch.Generator())
     if logger:
         with contextlib.redirect_stdout(sys.stderr):
             logger.experiment  # W&B starts here, outside the timed training (it took ~2 s)
@@ -555,11 +587,11 @@ def run(spec: RunSpec, task_class: type[Task] | None = None,
         with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():  # stdout is for results
             warnings.filterwarnings("ignore", message=".*configure_optimizers.*returned `None`")  # the method steps
             warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated")  # inside Lightning itself
-            trainer.fit(module, train_loader, test_loader)
+            trainer.fit(module, train_loader, test_loader, ckpt_path=resume_from)
         if trainer.interrupted:
             raise KeyboardInterrupt
     except BaseException:
         if logger:
             tracking.finish(logger.experiment, None)
         raise
-    return finish(planned, module, time.perf_counter() - started, logger.experiment if logger else None)
+    return finish(planned, module, time.perf_counter() - started, logger.experiment if logger else None, checkpoints)

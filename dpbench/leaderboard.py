@@ -15,7 +15,7 @@ from dpbench.engine import UsageError
 from dpbench.leaderboard_check import check, load_exceptions
 from dpbench.leaderboard_model import build_tables, unmatched_published
 from dpbench.leaderboard_text import to_csv, to_markdown
-from dpbench.records import LEDGER_VERSION
+from dpbench.records import LEDGER_VERSION, check_stored
 
 FORMATS = ("md", "html", "csv", "jsonl")
 
@@ -68,37 +68,62 @@ def read_records(path: str) -> list[dict[str, Any]]:
     return records
 
 
-def load(task: str | None, wandb_path: str | None, records_path: str | None) -> list[dict[str, Any]]:
-    """The records of the current ledger version, from a records file, W&B or the store (in that order)."""
+def _load(task: str | None, wandb_path: str | None, records_path: str | None) -> tuple[list[dict[str, Any]], str]:
+    """The records of the current ledger version (from a records file, W&B or the store, in that order), checked,
+    and the note on what was left out ("" if nothing): printed only once the command has succeeded, so that a
+    refusal stays one line."""
     if records_path:
         records, source = read_records(records_path), records_path
     elif wandb_path:
-        records = list({record["run_id"]: record for record in tracking.records_from_wandb(wandb_path)}.values())
+        logged = tracking.records_from_wandb(wandb_path)  # merged by run id: logged from several machines
+        records = list({str(r.get("run_id")) if isinstance(r, dict) else f"#{i}": r
+                        for i, r in enumerate(logged)}.values())
         source = f"W&B project {wandb_path}"
     else:
         records, source = store.load(kind=None), str(store.default_path())
+    for record in records:
+        if not isinstance(record, dict):
+            raise UsageError(f"{source}: a record is not an object: {str(record)[:80]}")
     records = [r for r in records if r.get("kind", "run") in ("run", "audit")]
     records = [r for r in records if task is None or r.get("task") == task]
     current = [r for r in records if r.get("ledger_version") == LEDGER_VERSION]
-    if len(current) < len(records):
-        print(f"dpbench: leaving out {len(records) - len(current)} records of older ledger versions (made before "
-              f"privacy fixes of the engine; see dpbench/records.py)", file=sys.stderr)
+    for record in current:  # the store, a records file or W&B: anyone can edit them
+        try:
+            check_stored(record)
+        except ValueError as error:
+            raise UsageError(f"{source}: {error}") from None
+    older = (f"{len(records) - len(current)} records of older ledger versions (made before privacy fixes of the "
+             f"engine; see dpbench/records.py)")
     if not current:
         raise UsageError(f"no runs{f' of task {task!r}' if task else ''} of ledger version {LEDGER_VERSION} in "
-                         f"{source}")
+                         f"{source}" + (f" ({older} left out)" if records else ""))
+    return current, f"dpbench: leaving out {older}" if len(current) < len(records) else ""
+
+
+def load(task: str | None, wandb_path: str | None, records_path: str | None) -> list[dict[str, Any]]:
+    """The records of the current ledger version, from a records file, W&B or the store (in that order)."""
+    current, note = _load(task, wandb_path, records_path)
+    if note:
+        print(note, file=sys.stderr)
     return current
 
 
 def write(fmt: str, task: str | None = None, out: str | None = None, wandb_path: str | None = None,
           records_path: str | None = None) -> None:
     """``dpbench leaderboard``: write the board in ``fmt`` to ``out`` or stdout."""
-    text = render(load(task, wandb_path, records_path), fmt, task)
+    records, note = _load(task, wandb_path, records_path)
+    text = render(records, fmt, task)
     if out is None:
         sys.stdout.write(text)
     else:
         path = Path(out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        except OSError as error:
+            raise UsageError(f"cannot write {out}: {error.strerror or error}") from None
+    if note:
+        print(note, file=sys.stderr)
 
 
 def run_check(task: str | None = None, wandb_path: str | None = None, records_path: str | None = None,

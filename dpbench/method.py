@@ -22,6 +22,7 @@ Minimal example (``methods/dpsgd.py``)::
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
@@ -110,6 +111,71 @@ class Method:
 
     def step(self, release: Release) -> None:
         raise NotImplementedError
+
+    #: Attributes that are not the method's state: the model's parameters (checkpointed with the model), and what
+    #: the engine passes in, which a resumed run sets up again from the same settings.
+    NOT_STATE: ClassVar[tuple[str, ...]] = ("params", "hp", "mechanism")
+
+    def state_dict(self) -> dict[str, Any]:
+        """A copy of the method's state, for resuming a run exactly (``dpbench/checkpoint.py``): every instance
+        attribute but :attr:`NOT_STATE`. Tensors, numbers, strings, None, ``torch.optim`` optimizers and torch
+        generators are captured, also inside lists, tuples and dicts (e.g. ADADP's η, Adam's moments,
+        AdaCliP's m and s, DP-SGD's momentum buffers in its optimizer). An attribute of any other type raises
+        TypeError: a method whose state cannot be captured is refused a checkpoint rather than resumed wrongly."""
+        return {name: _capture(value, name) for name, value in vars(self).items() if name not in self.NOT_STATE}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s copy into a method set up with the same settings (tensors in place)."""
+        missing = {name for name in vars(self) if name not in self.NOT_STATE} - set(state)
+        if missing:
+            raise ValueError(f"{self.name}: the checkpoint lacks the method's state {sorted(missing)}")
+        for name, saved in state.items():
+            setattr(self, name, _restore(getattr(self, name, None), saved, name))
+
+
+def _capture(value: Any, where: str) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, torch.optim.Optimizer):
+        return copy.deepcopy(value.state_dict())
+    if isinstance(value, torch.Generator):
+        return value.get_state()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_capture(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, dict):
+        return {key: _capture(item, f"{where}[{key!r}]") for key, item in value.items()}
+    raise TypeError(f"method attribute {where} is a {type(value).__name__}, which a checkpoint cannot capture "
+                    f"(tensors, numbers, strings, None, torch optimizers and generators, and lists, tuples and "
+                    f"dicts of these)")
+
+
+def _restore(current: Any, saved: Any, where: str) -> Any:
+    """``saved`` in place of ``current`` (the freshly set-up attribute): optimizers, generators and tensors of the
+    same shape and dtype are loaded in place, so that references to them stay valid; other values are replaced."""
+    if isinstance(current, torch.optim.Optimizer):
+        current.load_state_dict(saved)
+        return current
+    if isinstance(current, torch.Generator):
+        current.set_state(saved)
+        return current
+    if isinstance(current, torch.Tensor) and isinstance(saved, torch.Tensor) and \
+            (saved.shape, saved.dtype) == (current.shape, current.dtype):
+        with torch.no_grad():
+            current.copy_(saved)
+        return current
+    if isinstance(current, (list, tuple)) and isinstance(saved, list) and len(saved) == len(current):
+        restored = [_restore(item, value, f"{where}[{i}]") for i, (item, value) in enumerate(zip(current, saved))]
+        if isinstance(current, list):
+            current[:] = restored
+            return current
+        return tuple(restored)
+    if isinstance(current, dict) and isinstance(saved, dict) and set(saved) == set(current):
+        for key, value in saved.items():
+            current[key] = _restore(current[key], value, f"{where}[{key!r}]")
+        return current
+    return saved
 
 
 class ReleaseMethod(Method):

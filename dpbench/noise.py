@@ -54,6 +54,22 @@ class GaussianNoise:
             self.generator = torch.Generator(device=device).manual_seed(stream)
             self.name = f"torch normal_ ({device.type})"
 
+    def state_dict(self) -> dict:
+        """The stream's position: the Philox key and counter, or the torch generator's state."""
+        if self.philox:
+            return {"sampler": self.name, "key": self.key, "counter": self.counter}
+        return {"sampler": self.name, "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the stream where :meth:`state_dict` was taken (the same run's stream, from the same sampler)."""
+        if state["sampler"] != self.name or self.philox and state["key"] != self.key:
+            raise ValueError(f"the checkpoint's noise came from another stream ({state['sampler']}) than this "
+                             f"run's ({self.name})")
+        if self.philox:
+            self.counter = state["counter"]
+        else:
+            self.generator.set_state(state["generator"])
+
     def fill_(self, tensor: torch.Tensor, std: float) -> torch.Tensor:
         """Overwrite ``tensor`` with the stream's next ``tensor.numel()`` numbers times ``std``; returns it."""
         if not self.philox:

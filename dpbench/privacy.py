@@ -21,6 +21,7 @@ subsampling, so ``rdp`` with ``replace-one`` is refused for it.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from dataclasses import dataclass
@@ -32,6 +33,9 @@ from dp_accounting import pld, rdp
 from dpbench import cache
 
 ACCOUNTANTS = ("pld", "rdp")
+#: The most noisy releases accounted in one run: dp-accounting's PLD accountant holds the composed distribution in
+#: memory, which grows with the count (10^7 releases at q = 0.01, σ = 1: 0.8 GB and 18 s; 10^9: killed at 24 GB).
+MAX_RELEASES = 10**7
 SAMPLERS = ("poisson", "shuffle")
 NEIGHBOURING = ("add-remove", "replace-one")
 RELATIONS = {"add-remove": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
@@ -135,13 +139,34 @@ class GaussianReleases:
         return _epsilon(self, delta, accountant)
 
 
+def _check_count(releases: int) -> None:
+    if releases > MAX_RELEASES:
+        raise ValueError(f"{releases:,} noisy releases: dpbench accounts at most {MAX_RELEASES:,} per run")
+
+
+@contextlib.contextmanager
+def _numerics(accountant: str):
+    """dp-accounting's numerical failures at extreme parameters (e.g. σ = 1e300, or a distribution too large to
+    allocate) as ValueError."""
+    try:
+        yield
+    except (OverflowError, FloatingPointError, MemoryError, ZeroDivisionError) as error:
+        raise ValueError(f"the {accountant} accountant cannot compute this mechanism ({type(error).__name__}: "
+                         f"{str(error)[:100]})") from None
+
+
 @functools.lru_cache(maxsize=1024)  # pure; many seeds of one cell run the same mechanism
 def _epsilon(releases: GaussianReleases, delta: float, accountant: str) -> float:
     if releases.noise_multiplier == 0 and releases.releases > 0:
         return math.inf
     check_relation(accountant, releases.sampler, releases.neighbouring)
-    return cache.memoized("epsilon", (releases, delta, accountant), lambda: float(
-        _make_accountant(accountant, releases.neighbouring).compose(releases.event()).get_epsilon(delta)))
+    _check_count(releases.releases)
+
+    def compute() -> float:
+        with _numerics(accountant):
+            return float(_make_accountant(accountant, releases.neighbouring).compose(releases.event()).get_epsilon(delta))
+
+    return cache.memoized("epsilon", (releases, delta, accountant), compute)
 
 
 def rdp_curve(event: dp_accounting.DpEvent, orders: np.ndarray, neighbouring: str = "add-remove") -> np.ndarray:
@@ -195,11 +220,18 @@ def calibrate_noise_multiplier(
     calibrating at ε = 8 took 27 s at 1e-4, for a σ at most ~0.1% above the finest calibration); the coarser grid
     contains the finer one and both estimates are pessimistic, so the σ found also meets the target at 1e-4, which
     is then checked (and σ raised by steps of 1e-4 relative if it did not). Results are kept on disk
-    (:mod:`dpbench.cache`): they are pure functions of the arguments and dp-accounting's version."""
+    (:mod:`dpbench.cache`): they are pure functions of the arguments and dp-accounting's version. ValueError where
+    no σ can be found or computed."""
     check_relation(accountant, sampler, neighbouring)
+    _check_count(releases)
     key = (target_epsilon, delta, sample_rate, releases, accountant, sampler, releases_per_epoch, preceded_by,
            neighbouring)
-    return cache.memoized("calibration", key, lambda: _calibrate(*key))
+
+    def compute() -> float:
+        with _numerics(accountant):
+            return _calibrate(*key)
+
+    return cache.memoized("calibration", key, compute)
 
 
 def _calibrate(target_epsilon, delta, sample_rate, releases, accountant, sampler, releases_per_epoch, preceded_by,

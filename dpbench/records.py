@@ -6,6 +6,7 @@ import functools
 import hashlib
 import importlib.metadata
 import inspect
+import math
 import platform
 import subprocess
 from pathlib import Path
@@ -118,3 +119,69 @@ def seal(record: dict[str, Any]) -> dict[str, Any]:
     record["created_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     record["run_id"] = store.content_id(record)
     return record
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+#: What a stored record's fields must be for the code that reads records (leaderboard, sweep): field -> (what it
+#: must be, test). Records come from the store, a records file or W&B, which anyone can edit.
+STORED_FIELDS = {
+    "run_id": ("a string", lambda v: isinstance(v, str)),
+    "task": ("a string", lambda v: isinstance(v, str)),
+    "method": ("a string", lambda v: isinstance(v, str)),
+    "data_id": ("a string", lambda v: isinstance(v, str)),
+    "created_at": ("a string", lambda v: isinstance(v, str)),
+    "seed": ("a whole number", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "private": ("true or false", lambda v: isinstance(v, bool)),
+    "metrics": ("an object of numbers", lambda v: isinstance(v, dict) and bool(v) and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) for x in v.values())),
+    "hyperparameters": ("an object", lambda v: isinstance(v, dict)),
+    "sampler": ("a string", lambda v: isinstance(v, str)),
+    "accountant": ("a string or null", lambda v: v is None or isinstance(v, str)),
+    "epsilon": ("a number or null", lambda v: v is None or _number(v)),
+    "epsilon_target": ("a positive number or null", lambda v: v is None or _number(v) and v > 0),
+    "delta": ("a number in (0, 1) or null", lambda v: v is None or _number(v) and 0 < v < 1),
+}
+_CODE = ("an object whose 'method' is an object with a string 'sha256' (required for an external plugin)",
+         lambda v: isinstance(v, dict) and ("method" not in v or isinstance(v["method"], dict) and isinstance(
+             v["method"].get("sha256", None if v["method"].get("external") else ""), str)))
+OPTIONAL_FIELDS = {
+    "neighbouring": ("a string or null", lambda v: v is None or isinstance(v, str)),
+    "n_train": ("a whole number or null", lambda v: v is None or isinstance(v, int) and not isinstance(v, bool)),
+    "data_note": ("a string or null", lambda v: v is None or isinstance(v, str)),
+    "tuning": ("a dict with a 'mode' (a string), or null",
+               lambda v: v is None or isinstance(v, dict) and isinstance(v.get("mode"), str)),
+    "code": _CODE,
+}
+#: The fields of an audit record (``kind`` "audit", :mod:`dpbench.audit`) that the board reads.
+AUDIT_FIELDS = {
+    "run_id": ("a string", lambda v: isinstance(v, str)),
+    "task": ("a string", lambda v: isinstance(v, str)),
+    "threat_model": ("a string", lambda v: isinstance(v, str)),
+    "passed": ("true or false", lambda v: isinstance(v, bool)),
+    "code": ("an object whose 'method' is an object with a string 'sha256'", lambda v: isinstance(v, dict) and
+             isinstance(v.get("method"), dict) and isinstance(v["method"].get("sha256"), str)),
+}
+
+
+def check_stored(record: Any) -> None:
+    """Raise ValueError, naming the run and the field, unless ``record`` has the fields the leaderboard and the
+    sweep read, of the right types (a private run with its δ and its target or spent ε; an audit record with what
+    the board's audit marks read)."""
+    if not isinstance(record, dict):
+        raise ValueError(f"a stored record is not an object: {str(record)[:80]}")
+    run = f"{'audit' if record.get('kind') == 'audit' else 'run'} {' '.join(str(record.get('run_id'))[:40].split())}"
+    tables = ((AUDIT_FIELDS, True),) if record.get("kind") == "audit" else ((STORED_FIELDS, True),
+                                                                             (OPTIONAL_FIELDS, False))
+    for table, required in tables:
+        for key, (kind, valid) in table.items():
+            if key not in record:
+                if required:
+                    raise ValueError(f"{run} has no {key!r}")
+            elif not valid(record[key]):
+                raise ValueError(f"{run}: {key!r} must be {kind}, got {str(record[key])[:80]}")
+    if record.get("kind") != "audit" and record["private"] and (
+            record["delta"] is None or record["epsilon_target"] is None and record["epsilon"] is None):
+        raise ValueError(f"{run} is private but lacks its delta or epsilon")

@@ -55,8 +55,10 @@ def _import_file(path: Path, modified_ns: int, size: int) -> ModuleType:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except BaseException:
+    except BaseException as error:
         del sys.modules[name]
+        if isinstance(error, Exception):  # a plugin that does not import: one line, not a traceback
+            raise RegistryError(f"plugin {path} does not load: {type(error).__name__}: {error}") from None
         raise
     return module
 
@@ -115,6 +117,9 @@ def _collect(package: ModuleType, group: str, base: type, folders: list[Path]) -
     for source in _modules(package, group, folders):
         classes = [source] if inspect.isclass(source) else _classes_in(source, base)
         for cls in classes:
+            if not isinstance(cls.name, str) or not cls.name:
+                raise RegistryError(f"{base.__name__.lower()} {cls.__qualname__} of {cls.__module__} has no name "
+                                    f"(a non-empty string), got {cls.name!r:.40}")
             if cls.name in registry and registry[cls.name] is not cls:
                 raise RegistryError(f"two {base.__name__.lower()}s are named {cls.name!r}: "
                                     f"{registry[cls.name].__module__} and {cls.__module__}")

@@ -2,8 +2,8 @@
 
 Each sampler yields, per training step, a list of ``releases_per_step`` independent batches (tensors of
 example indices; a Poisson batch may be empty). Draws depend only on (seed, epoch, position), so runs are
-reproducible and a resumed epoch draws the same batches; each epoch's draws come from the run's ``sampler`` stream
-at that epoch (:mod:`dpbench.streams`), which no other draw of the run shares.
+reproducible and a resumed epoch draws the same batches (:meth:`EpochSampler.resume`); each epoch's draws come from
+the run's ``sampler`` stream at that epoch (:mod:`dpbench.streams`), which no other draw of the run shares.
 """
 from __future__ import annotations
 
@@ -66,43 +66,60 @@ def poisson_batch(n: int, sample_rate: float, generator: torch.Generator) -> tor
     return poisson_batches(n, sample_rate, 1, generator)[0]
 
 
-class PoissonSampler(Sampler):
+class EpochSampler(Sampler):
+    """An epoch's steps, drawn from the epoch's stream; a resumed run's first epoch starts at a later step."""
+
+    epoch = 0
+    position = 0  # the step the epoch's iteration starts at: 0 but in the epoch a run resumes
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.position = 0
+        self.epoch = epoch
+
+    def resume(self, epoch: int, position: int) -> None:
+        """Iterate epoch ``epoch`` from step ``position`` on (the steps before it were trained before the
+        checkpoint); the following epochs whole."""
+        self.epoch, self.position = epoch, position
+
+    def __iter__(self):
+        return self.steps(self.position)
+
+    def steps(self, start: int):
+        raise NotImplementedError
+
+
+class PoissonSampler(EpochSampler):
     """Every example joins every batch independently with probability ``sample_rate`` (q = 1: full batches)."""
 
     def __init__(self, n: int, sample_rate: float, steps_per_epoch: int, releases_per_step: int, seed: int):
         self.n, self.sample_rate, self.steps_per_epoch = n, sample_rate, steps_per_epoch
-        self.releases_per_step, self.seed, self.epoch = releases_per_step, seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        self.releases_per_step, self.seed = releases_per_step, seed
 
     def __len__(self) -> int:
         return self.steps_per_epoch
 
-    def __iter__(self):
+    def steps(self, start: int):
         per_step = self.releases_per_step
         batches = poisson_batches(self.n, self.sample_rate, self.steps_per_epoch * per_step,
                                   _generator(self.seed, self.epoch))
-        for step in range(self.steps_per_epoch):
+        for step in range(start, self.steps_per_epoch):
             yield batches[step * per_step:(step + 1) * per_step]
 
 
-class ShuffleSampler(Sampler):
+class ShuffleSampler(EpochSampler):
     """Fixed-size batches from a fresh permutation each epoch; the incomplete last batch is dropped."""
 
     def __init__(self, n: int, batch_size: int, releases_per_step: int, seed: int):
-        self.n, self.batch_size, self.releases_per_step, self.seed, self.epoch = n, batch_size, releases_per_step, seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        self.n, self.batch_size, self.releases_per_step, self.seed = n, batch_size, releases_per_step, seed
 
     def __len__(self) -> int:
         return self.n // (self.batch_size * self.releases_per_step)
 
-    def __iter__(self):
+    def steps(self, start: int):
         order = torch.randperm(self.n, generator=_generator(self.seed, self.epoch))
         size = self.batch_size
-        for step in range(len(self)):
+        for step in range(start, len(self)):
             first = step * self.releases_per_step
             yield [order[(first + k) * size : (first + k + 1) * size] for k in range(self.releases_per_step)]
 

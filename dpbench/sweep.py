@@ -40,6 +40,7 @@ from dpbench import allocator, engine, multiseed, registry, store, tuning, valid
 from dpbench.engine import RunSpec, UsageError
 from dpbench.method import ReleaseMethod
 from dpbench.privacy import NEIGHBOURING
+from dpbench.records import check_stored
 
 TRACKS = ("none", "validation", "random-stopping")
 GRID_KEYS = {"tasks", "methods", "epsilons", "seeds", "tracks", "trials", "neighbouring"}
@@ -166,9 +167,21 @@ def _cost(cell: Cell, methods: dict[str, type]) -> tuple[int, int]:
     return (0 if issubclass(method, ReleaseMethod) or method.full_batch else 1, -TRACKS.index(cell.track))
 
 
+def _stored() -> set[tuple[str, int]]:
+    """(identity, seed) of the stored runs (:func:`dpbench.engine.identity`: settings, code, ledger), each checked
+    first: the store is a file anyone can edit."""
+    records = store.load()
+    for record in records:
+        try:
+            check_stored(record)
+        except ValueError as error:
+            raise UsageError(f"{store.default_path()}: {error}") from None
+    return {(engine.identity(r), r["seed"]) for r in records}
+
+
 def pending(grid: dict[str, Any]) -> tuple[list[Cell], int, dict[Cell, str]]:
     """The cells with seeds to run (only those seeds), the number of runs already stored, and refused cells."""
-    stored = {(engine.identity(r), r["seed"]) for r in store.load()}
+    stored = _stored()
     todo, done, refused = [], 0, {}
     for cell in cells(grid):
         try:
@@ -205,8 +218,8 @@ def run_grid(grid: dict[str, Any], workers: int = 1, progress: bool = True) -> d
     unknown = [m for m in grid["methods"] if m not in known_methods] + [t for t in grid["tasks"] if t not in known_tasks]
     if unknown:
         raise UsageError(f"unknown methods or tasks in the grid: {', '.join(unknown)}")
-    if workers < 1:
-        raise UsageError(f"workers must be at least 1, got {workers}")
+    if not 1 <= workers <= max(2, os.cpu_count() or 1):  # each worker process holds its own PyTorch
+        raise UsageError(f"workers must lie in 1..{max(2, os.cpu_count() or 1)} (the CPU cores), got {workers}")
     jobs, done, refused = pending(grid)
     counts = {"ran": 0, "already stored": done, "refused": sum(len(cell.seeds) for cell in refused)}
     reported: set[tuple[str, str, str]] = set()

@@ -93,6 +93,14 @@ class Task(pl.LightningModule):
             self._generators[purpose] = streams.generator(self.seed, purpose)
         return self._generators[purpose]
 
+    def generator_states(self) -> dict[str, torch.Tensor]:
+        """The states of the generators :meth:`rng` handed out, by purpose (for resuming a run exactly)."""
+        return {purpose: generator.get_state() for purpose, generator in self._generators.items()}
+
+    def load_generator_states(self, states: dict[str, torch.Tensor]) -> None:
+        for purpose, state in states.items():
+            self.rng(purpose).set_state(state)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)
 

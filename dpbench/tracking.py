@@ -94,5 +94,10 @@ def records_from_wandb(path: str) -> list[dict[str, Any]]:
     """The dpbench records logged to a W&B project ``ENTITY/PROJECT`` (needs network and an API key)."""
     import wandb
 
-    return [json.loads(run.summary["dpbench_record"]) for run in wandb.Api().runs(path)
-            if "dpbench_record" in run.summary]
+    from dpbench.engine import UsageError  # the engine imports this module
+
+    try:
+        return [json.loads(run.summary["dpbench_record"]) for run in wandb.Api().runs(path)
+                if "dpbench_record" in run.summary]
+    except Exception as error:  # noqa: BLE001 (W&B's errors: no API key, network, no such project, bad JSON)
+        raise UsageError(f"cannot read the records of W&B project {path}: {type(error).__name__}: {error}") from None

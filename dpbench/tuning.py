@@ -77,6 +77,8 @@ SAMPLERS = ("random", "tpe", "qmc")
 MODE_SAMPLERS = {"random-stopping": ("random",), "adaptive": ("tpe", "qmc", "random"), "oracle": ("random", "qmc")}
 #: Fixed by the schedule, not by the search: every trial must run the same mechanism (one RDP curve for all).
 MECHANISM_KEYS = ("epochs", "batch_size")
+#: The most trials (or mean trials) a study runs: its K trials are enqueued when it is created.
+MAX_TRIALS = 1000
 _RELEASED = sqlalchemy.Table("dpbench_released", sqlalchemy.MetaData(),
                              sqlalchemy.Column("study_name", sqlalchemy.String(512), primary_key=True),
                              sqlalchemy.Column("record", sqlalchemy.Text, nullable=False))
@@ -149,15 +151,15 @@ def plan(spec: TuneSpec) -> Plan:
         raise UsageError(f"epsilon must be a finite number > 0, got {spec.epsilon}")
     if spec.delta is not None and not 0 < spec.delta < 1:
         raise UsageError(f"delta must lie in (0, 1), got {spec.delta}")
+    if not 1 <= spec.trials <= MAX_TRIALS:  # also refuses NaN
+        raise UsageError(f"--trials must lie in [1, {MAX_TRIALS}], got {spec.trials}")
     if spec.mode == "random-stopping":
         if spec.k_distribution not in K_DISTRIBUTIONS:
             raise UsageError(f"unknown K distribution {spec.k_distribution!r}; choose {', '.join(K_DISTRIBUTIONS)}")
         if spec.eta not in (0, 1):
             raise UsageError(f"eta must be 0 or 1, got {spec.eta}")
-        if not spec.trials >= 1:
-            raise UsageError(f"the mean number of trials must be at least 1, got {spec.trials}")
-    elif spec.trials < 1 or spec.trials != int(spec.trials):
-        raise UsageError(f"--trials must be a whole number ≥ 1 in mode {spec.mode}, got {spec.trials}")
+    elif spec.trials != int(spec.trials):
+        raise UsageError(f"--trials must be a whole number in mode {spec.mode}, got {spec.trials}")
     sampler = spec.sampler or MODE_SAMPLERS[spec.mode][0]
     if sampler not in MODE_SAMPLERS[spec.mode]:
         raise UsageError(f"--search {sampler} is not allowed in mode {spec.mode}: choose "
@@ -168,8 +170,8 @@ def plan(spec: TuneSpec) -> Plan:
         raise UsageError(f"unknown neighbouring relation {spec.neighbouring!r}; choose one of {', '.join(NEIGHBOURING)}")
     if not 0 < spec.validation_fraction < 1:
         raise UsageError(f"validation fraction must lie in (0, 1), got {spec.validation_fraction}")
-    if spec.heartbeat_interval < 1:
-        raise UsageError(f"heartbeat interval must be at least 1 s, got {spec.heartbeat_interval}")
+    if not 1 <= spec.heartbeat_interval <= 86_400:
+        raise UsageError(f"heartbeat interval must lie in 1..86400 s, got {spec.heartbeat_interval}")
 
     method, task_class = engine.registered(spec.method, spec.task, spec.plugins)
     output_trials = isinstance(method, type) and issubclass(method, ReleaseMethod)
@@ -596,7 +598,10 @@ def _open(spec: TuneSpec) -> tuple[Plan, str, optuna.storages.RDBStorage, optuna
     plan_ = plan(spec)
     url = spec.storage or default_storage()
     if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise UsageError(f"cannot create the folder of the study storage {url}: {error.strerror}") from None
     storage = _storage(url, spec.heartbeat_interval)
     name = spec.study or default_study_name(spec)
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -13,6 +13,10 @@ from torch import nn
 from dpbench.task import Task, TaskData
 
 
+#: The largest d: the training set and its copy for testing hold 2·1000·d float32 numbers (0.8 GB at this d).
+MAX_DIM = 100_000
+
+
 class Point(nn.Module):
     """The model is the point θ ∈ R^d itself; its "output" on a data point x is the residual θ − x."""
 
@@ -55,8 +59,8 @@ class AdaCliPRegression(Task):
 
     def __init__(self, **options):
         super().__init__(**options)
-        if self.settings["dim"] < 1:
-            raise ValueError(f"dim must be at least 1, got {self.settings['dim']}")
+        if not 1 <= self.settings["dim"] <= MAX_DIM:
+            raise ValueError(f"dim must lie in 1..{MAX_DIM:,}, got {self.settings['dim']}")
         if not self.settings["init_scale"] >= 0:
             raise ValueError(f"init_scale must be >= 0, got {self.settings['init_scale']}")
 
