@@ -35,6 +35,8 @@ PURPOSES = {
     "tuning-search": "a trial's hyperparameter draw (index: trial number)",
     "score-noise": "the noise on a trial's validation count (index: trial number)",
     "validation-split": "the validation track's held-out part of the training data",
+    "federated-split": "which images a federated run assigns at random to which client (dpbench.federated)",
+    "client-batches": "a federated run's local batches: every client's permutation of its data (index: round)",
 }
 MAX_SEED = 2**63 - 1
 
