@@ -147,6 +147,9 @@ def _code() -> dict[str, str]:
             for name in ("fedavg.py", "federated.py")}
 
 
+CODE = _code()  # at import: the code this process runs, even if the files change later
+
+
 @torch.no_grad()
 def evaluate(model: StackedModel, params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
     """The global model's mean test metrics (``test_accuracy``, ``test_loss``), in slices of 2,000 images."""
@@ -195,7 +198,7 @@ def run(spec: FederatedSpec) -> dict[str, Any]:
         "trains": "the cifar10 task's fully connected head (1600-500-500-10); its convolutions stay frozen",
         "private": False, "epsilon": None, "delta": None,
         "versions": records.versions(), "git_commit": records.git_commit(),
-        "code": {"federated": _code(), "task": records.code_of(CIFAR10ADADP, Task)},
+        "code": {"federated": CODE, "task": records.code_of(CIFAR10ADADP, Task)},
         "ledger_version": records.LEDGER_VERSION,
     }
     wandb_settings = tracking.wandb_settings(spec.wandb_project, spec.wandb_entity, spec.no_wandb)
