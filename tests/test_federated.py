@@ -348,3 +348,19 @@ def test_bad_input_is_refused_in_one_line(refused, args, message):
 def test_too_large_client_size_is_refused(cifar_home, refused):
     assert "exceeds the 400 images per client" in refused("federated", "--client-method", "sgd", "--random-fraction",
                                                           "0", "--profile", "smoke", "--client-size", "402")
+
+
+def test_leaderboard_and_sweep_read_no_federated_record(isolated_home, capsys):
+    from dpbench import sweep
+
+    federated_record = {"kind": "federated", "task": "breast_cancer", "method": "fedavg", "data_id": "breast_cancer",
+                        "created_at": "2026-01-01T00:00:00+00:00", "run_id": "0123456789abcdef", "seed": 0,
+                        "metrics": {"test_accuracy": 0.5}, "private": False, "ledger_version": 2}
+    store.append(federated_record)
+    assert main(["run", "--method", "dpsgd", "--task", "breast_cancer", "--epochs", "1"]) == 0
+    assert main(["leaderboard", "--format", "md"]) == 0  # a federated record in the tables would raise KeyError
+    board = capsys.readouterr().out
+    assert "dpsgd" in board and "fedavg" not in board
+    assert [r["method"] for r in store.load()] == ["dpsgd"]
+    assert store.load(kind="federated") == [federated_record]
+    assert len(sweep._stored(store.load())) == 1  # engine.identity would need fields a federated record lacks
