@@ -9,7 +9,7 @@ import math
 import sys
 from typing import Any
 
-from dpbench import allocator, engine, guards, leaderboard, registry, sweep, tuning
+from dpbench import allocator, engine, guards, leaderboard, registry, search, sweep, tuning
 from dpbench.data import DataError
 from dpbench.engine import UsageError
 from dpbench.privacy import (ACCOUNTANTS, NEIGHBOURING, SAMPLERS, GaussianReleases, calibrate_noise_multiplier,
@@ -84,6 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--search", choices=tuning.SAMPLERS,
                       help="Optuna sampler: random (random-stopping: the only one), tpe (adaptive's default), qmc")
     tune.add_argument("--search-space", metavar="FILE", help="JSON search space replacing the method's")
+    tune.add_argument("--neighbouring", choices=NEIGHBOURING, default="add-remove",
+                      help="neighbouring datasets of the total ε: add-remove or replace-one (output perturbation)")
     tune.add_argument("--validation-fraction", type=float, default=0.1,
                       help="share of the training data held out to score trials (private modes)")
     tune.add_argument("--seed", type=int, default=0, help="draws K, the split, the samplers and the trials' seeds")
@@ -127,8 +129,66 @@ def _parser() -> argparse.ArgumentParser:
     board.add_argument("--format", choices=leaderboard.FORMATS, default="md")
     board.add_argument("--out", help="write to this file instead of stdout")
     board.add_argument("--from-wandb", metavar="ENTITY/PROJECT", help="build from the runs logged to a W&B project")
+    board.add_argument("--records", metavar="FILE.jsonl", help="build from a records file instead of the store")
+    board.add_argument("--check", action="store_true",
+                       help="list what is wrong with the board (exit 1 if anything is not explained)")
+    board.add_argument("--exceptions", metavar="FILE.json",
+                       help="explained exceptions for --check (default: exceptions.json beside --records)")
+    _add_audit_parsers(commands)
     _federated_parser(commands)
     return parser
+
+
+def _add_audit_parsers(commands) -> None:
+    """``dpbench audit`` (dpbench/audit.py) and ``dpbench verify`` (dpbench/verify.py)."""
+    from dpbench import audit
+
+    auditing = commands.add_parser("audit", help="one-run privacy audit (Steinke et al. 2023): an ε lower bound")
+    auditing.add_argument("--method", required=True)
+    auditing.add_argument("--task", required=True)
+    auditing.add_argument("--epsilon", type=float, help="target ε of the audited run (default: the task's)")
+    auditing.add_argument("--delta", type=float)
+    auditing.add_argument("--seed", type=int, default=0, help="draws the run and the canaries")
+    auditing.add_argument("--canaries", type=int, default=1000, help="m, each in the data with probability 1/2")
+    auditing.add_argument("--threat-model", choices=audit.THREAT_MODELS, default="white-box",
+                          help="white-box: the parameters after every step; black-box: the final model")
+    auditing.add_argument("--epochs", type=_positive_int)
+    auditing.add_argument("--batch-size", type=_positive_int)
+    auditing.add_argument("--lr", type=float)
+    auditing.add_argument("--set", type=_key_value, action="append", default=[], metavar="KEY=VALUE")
+    auditing.add_argument("--plugins", action="append", default=[], metavar="DIR")
+    auditing.add_argument("--json", action="store_true", help="print the audit record as one JSON object")
+
+    verifying = commands.add_parser("verify", help="recompute every record's ε and content hash; rerun some")
+    verifying.add_argument("file", help="a JSON-lines file of records (e.g. leaderboards/results.jsonl)")
+    verifying.add_argument("--rerun", type=int, default=0, metavar="K", help="train K random records again")
+    verifying.add_argument("--seed", type=int, default=0, help="which records --rerun draws")
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from dpbench import audit
+
+    overrides = {key: value for key, value in [("epochs", args.epochs), ("batch_size", args.batch_size),
+                                               ("lr", args.lr)] if value is not None}
+    overrides.update(args.set)
+    record = audit.audit(audit.AuditSpec(
+        method=args.method, task=args.task, epsilon=args.epsilon, delta=args.delta, seed=args.seed,
+        canaries=args.canaries, threat_model=args.threat_model, overrides=overrides, plugins=args.plugins))
+    print(json.dumps(record) if args.json else audit.summary(record))
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from dpbench import verify
+
+    if args.rerun < 0:
+        raise UsageError(f"--rerun must be at least 0, got {args.rerun}")
+    count, problems = verify.verify(args.file, args.rerun, args.seed)
+    for problem in problems:
+        print(problem)
+    print(f"{count} records, {len(problems)} mismatches" + (f", {args.rerun} reruns asked" if args.rerun else ""),
+          file=sys.stderr)
+    return 1 if problems else 0
 
 
 def _federated_parser(commands) -> None:
@@ -253,11 +313,18 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "sweep":
             counts = sweep.run_grid(sweep.load_grid(args.grid), args.workers)
             print(", ".join(f"{count} {what}" for what, count in counts.items()))
+        elif args.command == "leaderboard" and args.check:
+            problems = leaderboard.run_check(args.task, args.from_wandb, args.records, args.exceptions)
+            for line in problems:
+                print(line)
+            print(f"dpbench: {len(problems)} unexplained problem(s)" if problems else "dpbench: the board passes its "
+                  "checks", file=sys.stderr)
+            return 1 if problems else 0
         elif args.command == "federated":
             record = _federated(args)
             print(json.dumps(record) if args.json else _federated_summary(record))
         elif args.command == "leaderboard":
-            leaderboard.write(args.format, args.task, args.out, args.from_wandb)
+            leaderboard.write(args.format, args.task, args.out, args.from_wandb, args.records)
         elif args.command == "tune":
             overrides = {key: value for key, value in [("epochs", args.epochs), ("batch_size", args.batch_size)]
                          if value is not None}
@@ -265,13 +332,18 @@ def main(argv: list[str] | None = None) -> int:
             spec = tuning.TuneSpec(
                 method=args.method, task=args.task, epsilon=args.epsilon, delta=args.delta, mode=args.mode,
                 trials=args.trials, k_distribution=args.k_distribution, eta=args.eta, sampler=args.search,
-                validation_fraction=args.validation_fraction, seed=args.seed, overrides=overrides,
-                search_space=tuning.load_search_space(args.search_space) if args.search_space else None,
+                validation_fraction=args.validation_fraction, neighbouring=args.neighbouring, seed=args.seed,
+                overrides=overrides,
+                search_space=search.load_search_space(args.search_space) if args.search_space else None,
                 storage=args.storage, study=args.study, heartbeat_interval=args.heartbeat_interval,
                 plugins=args.plugins, wandb_project=args.wandb_project, wandb_entity=args.wandb_entity,
                 no_wandb=args.no_wandb)
             record = tuning.tune(spec)
             print(json.dumps(record) if args.json else _tune_summary(record))
+        elif args.command == "audit":
+            return _audit(args)
+        elif args.command == "verify":
+            return _verify(args)
         elif args.command == "list":
             folders = registry.plugin_dirs(args.plugins)
             found = registry.methods(folders) if args.what == "methods" else registry.tasks(folders)

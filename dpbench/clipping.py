@@ -51,7 +51,8 @@ def clip_factors(norms: torch.Tensor, max_norm: float | torch.Tensor, scale: flo
         if math.isinf(max_norm):
             return torch.full_like(norms, scale)
         return (max_norm * scale) / norms.clamp_min(max_norm)
-    return max_norm * scale / torch.maximum(norms, max_norm)
+    ratio = max_norm / torch.maximum(norms, max_norm)
+    return torch.where(torch.isinf(max_norm), 1.0, ratio) * scale  # C = inf: not clipped (a non-private run)
 
 
 class VmapClipper:

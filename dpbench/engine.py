@@ -27,7 +27,7 @@ from dpbench.ghost import make_clipper
 from dpbench.method import GradientMechanism, Method, ReleaseMethod
 from dpbench.noise import GAUSSIAN_SAMPLERS as NOISE, GaussianNoise
 from dpbench.privacy import (ACCOUNTANTS, SAMPLERS, GaussianReleases, calibrate_noise_multiplier, check_relation,
-                             default_relation)
+                             default_relation, event_fields, logged_epsilon)
 from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
 from dpbench.task import Task, TaskData
 
@@ -70,6 +70,8 @@ class RunSpec:
     #: ``score(task, held_out)`` scores the trained model on it; its result is the record's ``validation``.
     validation: Any = None
     append_to_store: bool = True  # False for tuning trials: only the selected trial is released
+    #: The record's ``tuning`` (e.g. the validation track's selection, ``dpbench.validation``); None: untuned.
+    tuning: dict[str, Any] | None = None
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:
@@ -125,7 +127,8 @@ def apply_overrides(hp: dict[str, Any], task: type[Task], method_name: str, over
 
 def resolve_hyperparameters(method: type[Method], task: type[Task], overrides: dict[str, Any],
                             profile: str | None = None):
-    """Method defaults < engine defaults < task defaults < task's per-method defaults < profile < command line.
+    """Method defaults < engine defaults < task defaults (a full-batch method's epochs: the task's ``steps``) <
+    task's per-method defaults < profile < command line.
 
     Returns (hyperparameters, task options). A profile's keys that are neither a hyperparameter of this method
     nor a task option (e.g. another method's) are skipped; its budget keys are read by :func:`plan`.
@@ -135,7 +138,10 @@ def resolve_hyperparameters(method: type[Method], task: type[Task], overrides: d
         del hp["clip"]
     options = dict(task.options)
     profiled = profile_settings(task, method.name, profile)
-    for source in (task.defaults, task.method_defaults.get(method.name, {}), profiled):
+    task_level = dict(task.defaults)
+    if method.full_batch and "steps" in task_level:  # a full-batch method's epochs are its steps
+        task_level["epochs"] = task_level["steps"]
+    for source in (task_level, task.method_defaults.get(method.name, {}), profiled):
         hp.update({key: value for key, value in source.items() if key in hp})
     options.update({key: value for key, value in profiled.items() if key in options})
     hp, options = apply_overrides(hp, task, method.name, overrides, options)
@@ -242,7 +248,7 @@ class PrivateTraining(pl.LightningModule):
 
     def on_train_epoch_end(self):
         if self.epsilon_so_far is not None:
-            self.log_dict({"privacy/epsilon_spent": self.epsilon_so_far(self.releases),
+            self.log_dict({"privacy/epsilon_spent_rdp": self.epsilon_so_far(self.releases),
                            "privacy/gradient_evaluations": float(self.releases), "privacy/steps": float(self.steps)})
 
     def collect_test_metrics(self) -> dict[str, float]:
@@ -326,37 +332,56 @@ IDENTITY_FIELDS = ("task", "method", "data_id", "delta", "epsilon_target", "neig
                    "hyperparameters", "overrides", "profile", "code", "ledger_version")
 
 
+#: A tuned record's hyperparameters, sampler and accountant are outputs of its tuning: its identity is the tuning's
+#: configuration (``record["tuning"]["config"]``) instead.
+TUNED_IDENTITY_FIELDS = ("task", "method", "data_id", "delta", "epsilon_target", "neighbouring", "profile", "code",
+                         "ledger_version")
+
+
 def identity(record: dict[str, Any]) -> str:
-    """The canonical JSON of a record's :data:`IDENTITY_FIELDS` (δ to 10 significant digits: release methods record
-    the sum of their parts' δ)."""
-    fields = {key: record.get(key) for key in IDENTITY_FIELDS}
+    """The canonical JSON of a record's :data:`IDENTITY_FIELDS`, or of a tuned record's
+    :data:`TUNED_IDENTITY_FIELDS` and tuning configuration (δ to 10 significant digits: release methods record the
+    sum of their parts' δ)."""
+    tuning = record.get("tuning")
+    fields = {key: record.get(key) for key in (TUNED_IDENTITY_FIELDS if tuning else IDENTITY_FIELDS)}
+    if tuning:
+        fields["tuning"] = tuning.get("config", tuning.get("mode"))
     if fields["delta"] is not None:
         fields["delta"] = float(f"{fields['delta']:.10g}")
     return json.dumps(fields, sort_keys=True)
 
 
-def describe(spec: RunSpec) -> str:
-    """The :func:`identity` a run of ``spec`` would record, without training or calibrating."""
+def describe_record(spec: RunSpec) -> dict[str, Any]:
+    """The record's fields a run of ``spec`` would have before training, without training or calibrating."""
     method, task_class = registered(spec.method, spec.task, spec.plugins)
     if issubclass(method, ReleaseMethod):
         from dpbench import release
 
-        return identity(release.describe(spec, method, task_class))
-    return identity(plan(spec, calibrate=False).record)
+        return release.describe(spec, method, task_class)
+    return plan(spec, calibrate=False).record
 
 
-def plan(spec: RunSpec, calibrate: bool = True) -> PlannedRun:
+def describe(spec: RunSpec) -> str:
+    """The :func:`identity` a run of ``spec`` would record, without training or calibrating."""
+    return identity(describe_record(spec))
+
+
+def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = None) -> PlannedRun:
     """Check ``spec``, load the data, build the model under the seed, choose the sampler and calibrate σ (not with
-    ``calibrate=False``: then the record's noise multiplier is None)."""
-    method, task_class = registered(spec.method, spec.task, spec.plugins)
+    ``calibrate=False``: then the record's noise multiplier is None). ``task_class``: train this subclass of the
+    registered task instead (``dpbench.audit``'s task with canaries)."""
+    method, registered_task = registered(spec.method, spec.task, spec.plugins)
+    task_class = task_class or registered_task
     if issubclass(method, ReleaseMethod):
         raise UsageError(f"{method.name} releases through dpbench.release, not by gradient steps")
-    budget = {key: value for key, value in profile_settings(task_class, method.name, spec.profile).items()
-              if key in BUDGET_KEYS}
+    profiled = profile_settings(task_class, method.name, spec.profile)
+    budget = {key: value for key, value in profiled.items() if key in BUDGET_KEYS}
     if method.private and spec.epsilon is None and spec.noise_multiplier is None:  # the profile's budget
         spec = replace(spec, epsilon=budget.get("epsilon"), noise_multiplier=budget.get("noise_multiplier"))
     if spec.delta is None and "delta" in budget:
         spec = replace(spec, delta=budget["delta"])
+    if spec.neighbouring is None and "neighbouring" in profiled:
+        spec = replace(spec, neighbouring=profiled["neighbouring"])
     _check_budget(spec, method)
     if spec.clipping not in CLIPPING:
         raise UsageError(f"unknown clipping {spec.clipping!r}; choose one of {', '.join(CLIPPING)}")
@@ -395,6 +420,8 @@ def plan(spec: RunSpec, calibrate: bool = True) -> PlannedRun:
     n = data.n_train
     if method.full_batch:
         hp["batch_size"] = n
+    elif "sample_rate" in profiled and "batch_size" not in spec.overrides:  # a profile's q (Yu et al.: 0.1)
+        hp["batch_size"] = max(1, round(profiled["sample_rate"] * n))
     if method.clip_to_task_bound:
         bound = task.gradient_norm_bound()
         if bound is None:
@@ -446,6 +473,7 @@ def plan(spec: RunSpec, calibrate: bool = True) -> PlannedRun:
         "accountant": spec.accountant if method.private else None,
         "sampler": sampler_name,
         "data_releases": [release.description for release in data.private_releases],
+        "data_release_events": [event_fields(release.event) for release in data.private_releases],
     }
     return PlannedRun(spec, method, task, data, hp, sampler, steps_per_epoch, delta, data_releases, record, held_out)
 
@@ -479,6 +507,8 @@ def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, w
     })
     if spec.validation is not None:
         record["validation"] = spec.validation.score(planned.task, planned.held_out)
+    if spec.tuning is not None:
+        record["tuning"] = spec.tuning
     records.seal(record)
     if wandb_run is not None:
         tracking.finish(wandb_run, record)
@@ -487,25 +517,27 @@ def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, w
     return record
 
 
-def run(spec: RunSpec) -> dict[str, Any]:
-    """Train one model as ``spec`` says, append its record to the results store and return it."""
-    method, task_class = registered(spec.method, spec.task, spec.plugins)
+def run(spec: RunSpec, task_class: type[Task] | None = None,
+        callbacks: tuple[pl.Callback, ...] = ()) -> dict[str, Any]:
+    """Train one model as ``spec`` says, append its record to the results store and return it. ``task_class`` (see
+    :func:`plan`) and ``callbacks`` (Lightning callbacks that watch the training) are for ``dpbench.audit``."""
+    method, registered_task = registered(spec.method, spec.task, spec.plugins)
     if issubclass(method, ReleaseMethod):  # output/objective perturbation: noise and accounting in dpbench.release
         from dpbench import release  # imported here: dpbench.release builds on this module
 
-        return release.run(spec, method, task_class)
-    planned = plan(spec)
+        return release.run(spec, method, registered_task)
+    planned = plan(spec, task_class=task_class)
     spec, data, hp = planned.spec, planned.data, planned.hp
     wandb = tracking.wandb_settings(spec.wandb_project, spec.wandb_entity, spec.no_wandb)
     logger = tracking.make_logger(wandb, planned.record) if wandb else False
-    epsilon_so_far = ((lambda count: planned.releases_charged(count).epsilon(planned.delta, spec.accountant))
+    epsilon_so_far = ((lambda count: logged_epsilon(planned.releases_charged(count), planned.delta))
                       if method.private and logger else None)
     module = planned.module(epsilon_so_far)
     train_loader = DataLoader(IndexedTensors(data.x_train, data.y_train), batch_sampler=planned.sampler,
                               collate_fn=list)
     # In-memory test set in slices of 4096, no per-example collation.
     test_loader = DataLoader(list(zip(data.x_test.split(4096), data.y_test.split(4096))), batch_size=None)
-    callbacks = []
+    callbacks = list(callbacks)
     if spec.checkpoint_dir:
         callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=spec.checkpoint_dir, save_last=True))
     trainer = pl.Trainer(
@@ -515,6 +547,9 @@ def run(spec: RunSpec) -> dict[str, Any]:
         use_distributed_sampler=False, deterministic=True, default_root_dir=spec.checkpoint_dir,
         log_every_n_steps=1,  # only per-epoch values are logged
     )
+    if logger:
+        with contextlib.redirect_stdout(sys.stderr):
+            logger.experiment  # W&B starts here, outside the timed training (it took ~2 s)
     started = time.perf_counter()
     try:
         with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():  # stdout is for results

@@ -1,7 +1,9 @@
-"""Many seeds of a linear model (logistic/softmax regression) trained at once, as one batched computation.
+"""Many runs of a linear model (logistic/softmax regression) trained at once, as one batched computation: the seeds
+of a leaderboard cell, or the trials of a tuning (other seeds, learning rates, clip norms, method settings, noise
+multipliers), as long as they share the data, the sampling rate and the schedule (epochs, steps per epoch).
 
-Each seed keeps everything a separate run has: its own initialization, sampler, noise generator, method state
-and ledger (a :class:`~dpbench.engine.PrivateTraining` module per seed). Per step, the S batches are concatenated
+Each run keeps everything a separate run has: its own initialization, sampler, noise generator, method state
+and ledger (a :class:`~dpbench.engine.PrivateTraining` module per run). Per step, the S batches are concatenated
 (or taken once where they are the same rows, as full batches are) and every seed's per-example clipped sum comes
 from one forward pass, one backward pass to the logits and the closed form of a linear layer
 (‖∇ℓ_i‖² = ‖∂ℓ_i/∂z_i‖²(‖x_i‖² + 1)); each seed's noise is drawn from its own generator in the order a separate
@@ -15,16 +17,17 @@ e.g. a look-ahead, is refused with :class:`NotBatchable` and runs seed by seed i
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
 from dpbench import engine, tracking
 from dpbench.clipping import clip_factors
-from dpbench.engine import PrivateTraining, RunSpec
+from dpbench.engine import PrivateTraining, RunSpec, UsageError
 from dpbench.method import Method, ReleaseMethod
 from dpbench.sampling import IndexedTensors
 from dpbench.task import Task
@@ -41,60 +44,73 @@ def check_batchable(module: PrivateTraining) -> None:
         raise NotBatchable(f"task {module.task.name}: the model is not a single linear layer")
     if type(module.task).augment is not Task.augment:
         raise NotBatchable(f"task {module.task.name}: data augmentation is not batched")
-    if not method.private or method.releases_per_step != 1:
-        raise NotBatchable(f"{method.name}: batched seeds need a private method with one release per step")
+    if method.releases_per_step != 1:
+        raise NotBatchable(f"{method.name}: batched runs need a method with one release per step")
     if method.per_example_transform is not Method.per_example_transform:
         raise NotBatchable(f"{method.name}: per-example transforms are not batched")
 
 
 def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: torch.Tensor,
               batches: list[torch.Tensor], clips: torch.Tensor, scales: torch.Tensor):
-    """Every seed's release for its own batch: clipped sum + its own noise, over its expected batch size.
+    """Every run's release for its own batch: clipped sum + its own noise, over its expected batch size.
 
-    Each (row, seed) pair whose row is in that seed's batch is one example of that seed. The batches are
-    concatenated, or, where every seed drew the same rows (full batches), taken once with every row paired with
-    every seed. The pairs' logits come from one product of the rows with all S seeds' weights, and each seed's
-    clipped sum is one product of the pairs' clipped output gradients, spread into their seed's block, with the rows.
-    ``clips`` and ``scales`` are each seed's C and 1/B; ``input_sq`` is ‖x_i‖² (+ 1 with a bias) of every training
-    example. Every selection is a one-dimensional ``index_select``/``index_copy_``.
+    Where every run drew the same rows (full batches), the rows are taken once and every row is paired with every
+    run: one product with all S runs' weights gives every pair's logits, one product of the clipped output gradients
+    with the rows every run's sum. Otherwise the batches are concatenated (each run's rows a contiguous segment) and
+    each segment is multiplied with its own run's weights. ``clips`` and ``scales`` are each run's C and 1/B;
+    ``input_sq`` is ‖x_i‖² (+ 1 with a bias) of every training example.
     """
-    seeds = len(modules)
-    if all(torch.equal(batch, batches[0]) for batch in batches[1:]):
-        rows = batches[0]
-        row_of_pair = torch.arange(len(rows)).repeat_interleave(seeds)
-        seed_of_pair = torch.arange(seeds).repeat(len(rows))
-    else:
-        rows = torch.cat(batches)
-        row_of_pair = torch.arange(len(rows))
-        seed_of_pair = torch.repeat_interleave(torch.arange(seeds), torch.tensor([len(batch) for batch in batches]))
-    entry_of_pair = row_of_pair * seeds + seed_of_pair  # the pair's place among the rows × seeds
-    example_of_pair = rows.index_select(0, row_of_pair)
-    x = data.x.index_select(0, rows)
+    runs = len(modules)
     layers = [module.task.model for module in modules]
     weight = torch.stack([layer.weight.detach() for layer in layers])  # (S, K, d)
     classes = weight.shape[1]
-    logits = (x @ weight.flatten(0, 1).T).view(-1, classes).index_select(0, entry_of_pair)
-    if layers[0].bias is not None:
-        logits = logits + torch.stack([layer.bias.detach() for layer in layers]).index_select(0, seed_of_pair)
+    bias = torch.stack([layer.bias.detach() for layer in layers]) if layers[0].bias is not None else None
+    shared = all(torch.equal(batch, batches[0]) for batch in batches[1:])
+    if shared:
+        rows = batches[0]
+        x = data.x.index_select(0, rows)
+        logits = (x @ weight.flatten(0, 1).T).view(len(rows), runs, classes)  # pair (row, run) at [row, run]
+        if bias is not None:
+            logits = logits + bias
+        logits = logits.reshape(-1, classes)
+        example_of_pair = rows.repeat_interleave(runs)
+        run_of_pair = torch.arange(runs).repeat(len(rows))
+    else:
+        rows = torch.cat(batches)
+        x = data.x.index_select(0, rows)
+        bounds = [0, *torch.tensor([len(batch) for batch in batches]).cumsum(0).tolist()]
+        logits = x.new_empty((len(rows), classes))
+        for index in range(runs):
+            start, end = bounds[index], bounds[index + 1]
+            torch.mm(x[start:end], weight[index].T, out=logits[start:end])
+            if bias is not None:
+                logits[start:end] += bias[index]
+        example_of_pair = rows
+        run_of_pair = torch.repeat_interleave(torch.arange(runs), torch.tensor([len(batch) for batch in batches]))
     logits.requires_grad_(True)
     task = modules[0].task
     with torch.enable_grad():  # ∂ℓ/∂z of every pair, (P, K)
         losses = task.per_example_loss(logits, data.y.index_select(0, example_of_pair))
         output_grads, = torch.autograd.grad(losses.sum(), logits)
     norms = (output_grads.square().sum(1) * input_sq.index_select(0, example_of_pair)).sqrt()
-    # each seed's clip factors, its sum divided by its B
-    factors = clip_factors(norms, clips.index_select(0, seed_of_pair), scales.index_select(0, seed_of_pair))
+    # each run's clip factors, its sum divided by its B
+    factors = clip_factors(norms, clips.index_select(0, run_of_pair), scales.index_select(0, run_of_pair))
     weighted = output_grads * factors.unsqueeze(1)
-    spread = weighted.new_zeros((len(rows) * seeds, classes)).index_copy_(0, entry_of_pair, weighted)
-    sums = [(spread.view(len(rows), seeds * classes).T @ x).view(seeds, classes, -1)]
-    if layers[0].bias is not None:
-        sums.append(weighted.new_zeros((seeds, classes)).index_add_(0, seed_of_pair, weighted))
-    noisy = [torch.empty_like(total) for total in sums]  # every seed's noise, drawn from its own stream
-    for seed_index, module in enumerate(modules):
-        module.fill_noise([noise[seed_index] for noise in noisy])
+    if shared:
+        sums = [(weighted.view(len(rows), runs * classes).T @ x).view(runs, classes, -1)]
+    else:
+        sums = [x.new_zeros((runs, classes, x.shape[1]))]
+        for index in range(runs):
+            start, end = bounds[index], bounds[index + 1]
+            torch.mm(weighted[start:end].T, x[start:end], out=sums[0][index])
+    if bias is not None:
+        sums.append(weighted.new_zeros((runs, classes)).index_add_(0, run_of_pair, weighted))
+    noisy = [torch.empty_like(total) for total in sums]  # every run's noise, drawn from its own stream
+    for index, module in enumerate(modules):
+        module.fill_noise([noise[index] for noise in noisy])
     for noise, total in zip(noisy, sums):
         noise.add_(total)
-    return [[noise[seed_index] for noise in noisy] for seed_index in range(seeds)]
+    return [[noise[index] for noise in noisy] for index in range(runs)]
 
 
 def _release_once(module: PrivateTraining, params: list[torch.Tensor], gradients: list[torch.Tensor]):
@@ -113,27 +129,42 @@ def _release_once(module: PrivateTraining, params: list[torch.Tensor], gradients
     return release
 
 
-def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, epochs: int) -> None:
-    """Train every module for ``epochs`` epochs of its own sampler, all seeds in lockstep."""
+def _steps(sampler, epochs: int):
+    """A run's batches, step by step, over all its epochs (each epoch on its own sampler stream)."""
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for batches in sampler:
+            yield batches[0]
+
+
+def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, epochs: list[int]) -> None:
+    """Train every module for its ``epochs`` of its own sampler, in lockstep: at each step every run that has steps
+    left draws its next batch; runs with fewer steps (fewer epochs, larger batches) drop out when they are done."""
     for module in modules:
         check_batchable(module)
         module.on_fit_start()
     params = [module.params() for module in modules]  # one nn.Linear each, trainable throughout
-    clips = torch.tensor([module.hp["clip"] for module in modules], dtype=data.x.dtype)
+    clips = torch.tensor([module.hp.get("clip", math.inf) for module in modules], dtype=data.x.dtype)
     scales = torch.tensor([1 / module.expected_batch_size for module in modules], dtype=data.x.dtype)
     input_sq = data.x.square().sum(1) + (1.0 if modules[0].task.model.bias is not None else 0.0)
-    for epoch in range(epochs):
-        for sampler in samplers:
-            sampler.set_epoch(epoch)
-        for step_batches in zip(*samplers, strict=True):
-            batches = [batches_of_seed[0] for batches_of_seed in step_batches]
-            for module, batch in zip(modules, batches):
-                module.releases += 1
-                module.sampled += len(batch)
-            releases = _releases(modules, data, input_sq, batches, clips, scales)
-            for module, own_params, gradients in zip(modules, params, releases):
-                module.method.step(_release_once(module, own_params, gradients))
-                module.steps += 1
+    pending = [_steps(sampler, count) for sampler, count in zip(samplers, epochs)]
+    active = list(range(len(modules)))
+    while True:
+        step = [(index, next(pending[index], None)) for index in active]
+        active = [index for index, batch in step if batch is not None]
+        if not active:
+            return
+        batches = [batch for _, batch in step if batch is not None]
+        chosen = torch.tensor(active)
+        for index, batch in zip(active, batches):
+            if modules[index].method_class.private:  # the ledger, as the engine's training_step keeps it
+                modules[index].releases += 1
+                modules[index].sampled += len(batch)
+        releases = _releases([modules[index] for index in active], data, input_sq, batches,
+                             clips.index_select(0, chosen), scales.index_select(0, chosen))
+        for index, gradients in zip(active, releases):
+            modules[index].method.step(_release_once(modules[index], params[index], gradients))
+            modules[index].steps += 1
 
 
 @torch.no_grad()
@@ -145,31 +176,72 @@ def test_metrics(module: PrivateTraining, x_test: torch.Tensor, y_test: torch.Te
 
 
 def run_seeds(spec: RunSpec, seeds: list[int]) -> list[dict[str, Any]]:
-    """``dpbench run`` of ``spec`` for each seed, trained together; one record per seed, as :func:`engine.run`'s.
+    """``dpbench run`` of ``spec`` for each seed, trained together (:func:`run_batch`)."""
+    return run_batch([replace(spec, seed=seed) for seed in seeds])
 
-    ``train_seconds`` is the batch's wall time divided by the number of seeds, and ``batched_seeds`` says how
-    many were trained together. Raises :class:`NotBatchable` (before any training) where the closed form does
-    not apply. W&B gets each run's configuration and final summary, not per-epoch curves.
+
+def run_batch(specs: list[RunSpec]) -> list[dict[str, Any]]:
+    """``dpbench run`` of each spec, trained together; one record per spec, as :func:`engine.run`'s.
+
+    The specs may differ in seed and hyperparameters (overrides: learning rate, clip norm, epochs, batch size...) but
+    must run one method on one task's data. ``train_seconds`` is the batch's wall time divided by the number of runs,
+    and ``batched_seeds`` says how many were trained together. Raises :class:`NotBatchable` (before any training)
+    where the closed form does not apply. W&B gets each run's configuration and final summary, not per-epoch
+    curves.
     """
-    if issubclass(engine.registered(spec.method, spec.task, spec.plugins)[0], ReleaseMethod):
-        raise NotBatchable(f"{spec.method} releases through dpbench.release, not by gradient steps")
-    if spec.clipping != "fast":
-        raise NotBatchable(f"clipping={spec.clipping}: only the fast path is batched")
-    planned = [engine.plan(replace(spec, seed=seed)) for seed in seeds]
+    first = specs[0]
+    if issubclass(engine.registered(first.method, first.task, first.plugins)[0], ReleaseMethod):
+        raise NotBatchable(f"{first.method} releases through dpbench.release, not by gradient steps")
+    if any(spec.clipping != "fast" for spec in specs):
+        raise NotBatchable("only the fast clipping path is batched")
+    if len({(spec.method, spec.task, tuple(spec.plugins)) for spec in specs}) > 1:
+        raise NotBatchable("batched runs must share the method and the task")
+    planned = [engine.plan(spec) for spec in specs]
     modules = [run.module() for run in planned]
     for module in modules:
         check_batchable(module)
     data = planned[0].data
     if any(run.data_releases or not torch.equal(run.data.x_train, data.x_train) for run in planned):
-        raise NotBatchable(f"task {spec.task}: the training data differ between seeds")
+        raise NotBatchable(f"task {first.task}: the training data differ between runs")
     started = time.perf_counter()
     train(modules, IndexedTensors(data.x_train, data.y_train), [run.sampler for run in planned],
-          planned[0].hp["epochs"])
-    seconds = (time.perf_counter() - started) / len(seeds)
-    wandb = tracking.wandb_settings(spec.wandb_project, spec.wandb_entity, spec.no_wandb)
+          [run.hp["epochs"] for run in planned])
+    seconds = (time.perf_counter() - started) / len(specs)
     finished = []
-    for run, module in zip(planned, modules):
+    for spec, run, module in zip(specs, planned, modules):
+        wandb = tracking.wandb_settings(spec.wandb_project, spec.wandb_entity, spec.no_wandb)
         module.test_metrics = test_metrics(module, run.data.x_test, run.data.y_test)
-        run.record.update(batched_seeds=len(seeds), clipping="multiseed")
+        run.record.update(batched_seeds=len(specs), clipping="multiseed")
         finished.append(engine.finish(run, module, seconds, tracking.start_run(wandb, run.record) if wandb else None))
     return finished
+
+
+def run_many(specs: list[RunSpec], on_done: Callable[[int], None] | None = None) -> list[dict[str, Any] | None]:
+    """Every spec's record: those :func:`run_batch` can take trained together, the rest one by one with
+    ``engine.run``; None for a spec the engine refuses (a ``UsageError``, which depends only on its settings)."""
+    results: list[dict[str, Any] | None] = [None] * len(specs)
+    accepted = []
+    for index, spec in enumerate(specs):
+        try:
+            engine.describe_record(spec)
+            accepted.append(index)
+        except UsageError:
+            if on_done:
+                on_done(1)
+    if accepted:
+        try:
+            for index, record in zip(accepted, run_batch([specs[i] for i in accepted])):
+                results[index] = record
+            if on_done:
+                on_done(len(accepted))
+            return results
+        except (NotBatchable, UsageError):  # not batchable, or a spec refused only by its method's setup
+            pass
+    for index in accepted:
+        try:
+            results[index] = engine.run(specs[index])
+        except UsageError:
+            results[index] = None
+        if on_done:
+            on_done(1)
+    return results

@@ -79,6 +79,15 @@ def code_of(cls: type, base: type) -> dict[str, Any]:
             "external": external, "sha256": combined.hexdigest()}
 
 
+def majority_rate(data: TaskData) -> float | None:
+    """The share of the test set's most common class (what a model that always predicts it scores), for integer
+    class labels; None otherwise. The test set is public."""
+    labels = data.y_test
+    if labels.dtype.is_floating_point or labels.dim() != 1 or len(labels) == 0:
+        return None
+    return float(labels.bincount().max()) / len(labels)
+
+
 def provenance(task: type, method: type, data: TaskData, seed: int, hyperparameters: dict[str, Any],
                overrides: dict[str, Any]) -> dict[str, Any]:
     """The fields that say what was run on which data by which code, known before training."""
@@ -93,6 +102,7 @@ def provenance(task: type, method: type, data: TaskData, seed: int, hyperparamet
         "preprocessing": data.preprocessing,
         "n_train": data.n_train,
         "n_test": len(data.x_test),
+        "test_majority_rate": majority_rate(data),
         "seed": seed,
         "hyperparameters": hyperparameters,
         "overrides": dict(overrides),  # what the command line changed from the defaults

@@ -20,22 +20,24 @@ DP-ERM benchmark does (``gridsearch.py``: ``eps/num_classes``, ``delta/num_class
 is in all K problems, so the K parts add up.
 
 Inputs are clipped to the method's ``input_norm`` L, x ← x·min(1, L/‖x‖) (the benchmark's ``clip_rows``), so
-the logistic loss is L-Lipschitz in the weights. There is no bias term (the benchmark fits none): the task's
-``nn.Linear`` gets the released weights and a zero bias. Test metrics are computed on test rows clipped the same
-way, so the evaluated model is the trained one (clipping a row does not change the sign of a bias-free score).
+the logistic loss is L-Lipschitz in the weights. Where the task's model has a bias, it is fitted as the weight of a
+constant feature 1 appended to every row before clipping (so the clipped rows, constant feature included, have norm
+≤ L and every analysis holds unchanged); the task's ``nn.Linear`` gets the released weights and bias. Test metrics
+are computed on the test rows as they are: a positive rescaling of (x, 1) never changes the sign of the score, so
+the evaluated classifier is the trained one.
 """
 from __future__ import annotations
 
 import functools
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar
 
 import torch
 
 from dpbench import records, store, streams, tracking
-from dpbench.engine import RunSpec, UsageError, apply_overrides, check_seed
+from dpbench.engine import RunSpec, UsageError, apply_overrides, check_seed, profile_settings
 from dpbench.method import ReleaseMethod
 from dpbench.privacy import GaussianReleases, calibrate_noise_multiplier
 from dpbench.task import Task
@@ -72,12 +74,14 @@ def gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
     return calibrate_noise_multiplier(epsilon, delta, sample_rate=1.0, releases=1)
 
 
-def gaussian_output(theta: torch.Tensor, sensitivity: float, epsilon: float, delta: float,
-                    generator: torch.Generator, what: str = "output noise") -> tuple[torch.Tensor, Release]:
-    """θ + N(0, s²I) with s = σ·Δ calibrated for one Gaussian mechanism at (ε, δ); the ledger entry it costs."""
+def gaussian_output(theta: torch.Tensor, sensitivity: float, epsilon: float | None, delta: float,
+                    generator: torch.Generator, what: str = "output noise",
+                    noise_multiplier: float | None = None) -> tuple[torch.Tensor, Release]:
+    """θ + N(0, s²I) with s = σ·Δ calibrated for one Gaussian mechanism at (ε, δ), or for a given σ (a tuning
+    trial's); the ledger entry it costs (the ε of σ at δ)."""
     if not (math.isfinite(sensitivity) and sensitivity > 0):
         raise ValueError(f"sensitivity must be a finite positive number, got {sensitivity}")
-    sigma = gaussian_noise_multiplier(epsilon, delta)
+    sigma = gaussian_noise_multiplier(epsilon, delta) if noise_multiplier is None else noise_multiplier
     std = sigma * sensitivity
     noise = torch.randn(theta.shape, generator=generator, dtype=theta.dtype) * std
     spent = GaussianReleases(1.0, sigma, 1).epsilon(delta)
@@ -153,6 +157,8 @@ class OutputPerturbationMethod(ReleaseMethod):
     """
 
     sampler: ClassVar[str]
+    #: One Gaussian mechanism per classifier: its RDP curve is known, so ``dpbench tune`` can charge it.
+    tunable_privately: ClassVar[bool] = True
 
     @property
     def input_norm(self) -> float:
@@ -177,6 +183,11 @@ class ObjectivePerturbationMethod(ReleaseMethod):
     """
 
     hessian_rank: ClassVar[int]
+    tunable_privately: ClassVar[bool] = False
+    untunable_reason: ClassVar[str] = (
+        "AMP's privacy is an (ε, δ) theorem for objective perturbation (Iyengar et al. 2019, Theorem 1), with no "
+        "Rényi-DP curve: random stopping (Papernot & Steinke 2022) and adaptive composition, as dpbench tune "
+        "accounts them, need one; only --mode oracle (not private) can tune it")
 
     @property
     def input_norm(self) -> float:
@@ -202,10 +213,12 @@ class ObjectivePerturbationMethod(ReleaseMethod):
         raise NotImplementedError
 
 
-def output_perturbation(method: OutputPerturbationMethod, x: torch.Tensor, targets: torch.Tensor, epsilon: float,
-                        delta: float, seed: int) -> tuple[torch.Tensor, list[Release], int]:
-    """Train K one-vs-all classifiers non-privately, then one Gaussian mechanism per classifier at (ε/K, δ/K).
-    The permutation and the noise come from the seed's ``release-permutation`` and ``output-noise`` streams."""
+def output_perturbation(method: OutputPerturbationMethod, x: torch.Tensor, targets: torch.Tensor,
+                        epsilon: float | None, delta: float, seed: int,
+                        noise_multiplier: float | None = None) -> tuple[torch.Tensor, list[Release], int]:
+    """Train K one-vs-all classifiers non-privately, then one Gaussian mechanism per classifier at (ε/K, δ/K) (or
+    of noise multiplier σ, given). The permutation and the noise come from the seed's ``release-permutation`` and
+    ``output-noise`` streams."""
     classes = targets.shape[1]
     theta, updates = method.fit(x, targets, streams.generator(seed, "release-permutation"))
     sensitivity = method.sensitivity(len(x))
@@ -213,7 +226,8 @@ def output_perturbation(method: OutputPerturbationMethod, x: torch.Tensor, targe
     columns, ledger = [], []
     for k in range(classes):
         what = "output noise" if classes == 1 else f"output noise, classifier {k} (one-vs-all)"
-        column, entry = gaussian_output(theta[:, k], sensitivity, epsilon / classes, delta / classes, noise, what)
+        column, entry = gaussian_output(theta[:, k], sensitivity, None if epsilon is None else epsilon / classes,
+                                        delta / classes, noise, what, noise_multiplier)
         columns.append(column)
         ledger.append(entry)
     return torch.stack(columns, dim=1), ledger, updates
@@ -253,14 +267,18 @@ def approximate_minima_perturbation(method: ObjectivePerturbationMethod, x: torc
     return torch.stack(columns, dim=1), ledger, iterations, calibration
 
 
-def resolve_hyperparameters(method: type[ReleaseMethod], task: type[Task], overrides: dict[str, Any]):
-    """Method defaults < the task's defaults for this method < command line; returns (hyperparameters, options).
-
-    The task's general ``defaults`` (epochs, batch size... tuned for the gradient methods) do not apply.
-    """
+def resolve_hyperparameters(method: type[ReleaseMethod], task: type[Task], overrides: dict[str, Any],
+                            profile: str | None = None):
+    """Method defaults < the task's defaults (its epochs and batch size, the same for every method, where the method
+    has them: output perturbation's passes and batch) < the task's defaults for this method < the profile < command
+    line; returns (hyperparameters, options)."""
     hp = dict(method.defaults)
-    hp.update({key: value for key, value in task.method_defaults.get(method.name, {}).items() if key in hp})
-    return apply_overrides(hp, task, method.name, overrides)
+    options = dict(task.options)
+    profiled = profile_settings(task, method.name, profile)
+    for source in (task.defaults, task.method_defaults.get(method.name, {}), profiled):
+        hp.update({key: value for key, value in source.items() if key in hp})
+    options.update({key: value for key, value in profiled.items() if key in options})
+    return apply_overrides(hp, task, method.name, overrides, options)
 
 
 def _refuse_gradient_options(spec: RunSpec, method: type[ReleaseMethod]) -> None:
@@ -269,15 +287,17 @@ def _refuse_gradient_options(spec: RunSpec, method: type[ReleaseMethod]) -> None
     if spec.neighbouring not in (None, NEIGHBOURS):
         raise UsageError(f"{name}'s analysis holds under {NEIGHBOURS} neighbours only; it takes no "
                          f"--neighbouring {spec.neighbouring}")
-    if spec.noise_multiplier is not None:
+    if spec.noise_multiplier is not None and not method.tunable_privately:
         raise UsageError(f"{name} calibrates its noise to --epsilon; it takes no --noise-multiplier")
+    if spec.noise_multiplier is not None and not (math.isfinite(spec.noise_multiplier) and spec.noise_multiplier > 0):
+        raise UsageError(f"noise multiplier must be a finite number > 0, got {spec.noise_multiplier}")
+    if spec.noise_multiplier is not None and spec.epsilon is not None:
+        raise UsageError("give either --epsilon or --noise-multiplier, not both")
     if spec.sampler is not None:
         raise UsageError(f"{name} draws no batches from the engine's samplers; it takes no --sampler")
     if spec.accountant != "pld":
         raise UsageError(f"{name} is accounted by its release mechanism (see dpbench/release.py); "
                          f"it takes no --accountant {spec.accountant}")
-    if spec.profile is not None:
-        raise UsageError(f"{name} trains linear classifiers, which have no profiles; it takes no --profile")
     if spec.checkpoint_dir:
         raise UsageError(f"{name} does not train under Lightning; it takes no --checkpoint-dir")
     if spec.accelerator != "cpu":
@@ -291,7 +311,10 @@ def _refuse_gradient_options(spec: RunSpec, method: type[ReleaseMethod]) -> None
 def _prepare(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[Task]):
     """Check ``spec`` and load the data: (method, hyperparameters, task options, task, data, δ, ε)."""
     _refuse_gradient_options(spec, method_class)
-    hp, options = resolve_hyperparameters(method_class, task_class, spec.overrides)
+    hp, options = resolve_hyperparameters(method_class, task_class, spec.overrides, spec.profile)
+    budget = profile_settings(task_class, method_class.name, spec.profile)
+    if spec.epsilon is None and spec.noise_multiplier is None and "epsilon" in budget:
+        spec = replace(spec, epsilon=budget["epsilon"])
     try:
         method = method_class(hp)
     except ValueError as error:
@@ -306,7 +329,8 @@ def _prepare(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[
     if delta >= 1 / n and not spec.force_delta:
         raise UsageError(f"delta={delta:g} is not below 1/n = {1 / n:g} for n={n}: such a delta allows releasing "
                          f"an example outright; pass --force-delta to run anyway")
-    epsilon = spec.epsilon if spec.epsilon is not None else task_class.defaults.get("epsilon", 1.0)
+    epsilon = None if spec.noise_multiplier is not None else (
+        spec.epsilon if spec.epsilon is not None else task_class.defaults.get("epsilon", 1.0))
     if isinstance(method, OutputPerturbationMethod) and method.hp["batch_size"] > n:
         raise UsageError(f"batch size {method.hp['batch_size']} exceeds the {n} training examples")
     return method, hp, options, task, data, delta, epsilon
@@ -349,8 +373,16 @@ def run(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[Task]
     sensitivity, and ``epsilon``/``delta`` are their sums.
     """
     method, hp, options, task, data, delta, epsilon = _prepare(spec, method_class, task_class)
+    held_out = None
+    if spec.validation is not None:  # a tuning trial trains on the training part only
+        data, held_out = spec.validation.split(data)
+        task.data = data
     n = data.n_train
-    x = clip_rows(data.x_train.double(), method.input_norm)
+    x = data.x_train.double()
+    with_bias = task.model.bias is not None
+    if with_bias:  # the bias as the weight of a constant feature (module docstring)
+        x = torch.cat([x, torch.ones(n, 1, dtype=x.dtype)], dim=1)
+    x = clip_rows(x, method.input_norm)
     labels = data.y_train
     if task.classes == 2:
         targets = labels.double()[:, None]
@@ -359,7 +391,8 @@ def run(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[Task]
     started = time.perf_counter()
     try:
         if isinstance(method, OutputPerturbationMethod):
-            theta, ledger, steps = output_perturbation(method, x, targets, epsilon, delta, spec.seed)
+            theta, ledger, steps = output_perturbation(method, x, targets, epsilon, delta, spec.seed,
+                                                       spec.noise_multiplier)
             sample_rate = method.hp["batch_size"] / n
             noise_multiplier = ledger[0].noise_std / ledger[0].sensitivity
         else:
@@ -374,12 +407,16 @@ def run(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[Task]
 
     spent_epsilon = sum(entry.epsilon for entry in ledger)
     spent_delta = sum(entry.delta for entry in ledger)
-    if spent_epsilon > epsilon * (1 + 1e-9) or spent_delta > delta * (1 + 1e-9):
+    if (epsilon is not None and spent_epsilon > epsilon * (1 + 1e-9)) or spent_delta > delta * (1 + 1e-9):
         raise RuntimeError(f"spent (ε, δ) = ({spent_epsilon}, {spent_delta}) exceeds the target ({epsilon}, {delta})")
     with torch.no_grad():
-        task.model.weight.copy_(theta.T.to(task.model.weight.dtype))
-        task.model.bias.zero_()
-    metrics = _test_metrics(task, clip_rows(data.x_test, method.input_norm), data.y_test)
+        weights = theta.T.to(task.model.weight.dtype)
+        if with_bias:
+            task.model.weight.copy_(weights[:, :-1])
+            task.model.bias.copy_(weights[:, -1])
+        else:
+            task.model.weight.copy_(weights)
+    metrics = _test_metrics(task, data.x_test, data.y_test)
     record = {
         **records.provenance(task_class, method_class, data, spec.seed, hp | options, spec.overrides),
         "private": True,
@@ -397,11 +434,16 @@ def run(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[Task]
         "train_seconds": train_seconds,
         "metrics": metrics,
     }
+    if held_out is not None:
+        record["validation"] = spec.validation.score(task, held_out)
+    if spec.tuning is not None:
+        record["tuning"] = spec.tuning
     wandb = tracking.wandb_settings(spec.wandb_project, spec.wandb_entity, spec.no_wandb)
     wandb_run = tracking.start_run(wandb, {k: v for k, v in record.items() if k != "metrics"}) if wandb else None
     record["wandb_run"] = wandb_run.path if wandb_run else None
     records.seal(record)
     if wandb_run:
         tracking.finish(wandb_run, record)
-    store.append(record, spec.store_path)
+    if spec.append_to_store:
+        store.append(record, spec.store_path)
     return record

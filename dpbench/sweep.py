@@ -1,98 +1,193 @@
-"""``dpbench sweep``: run a declared grid (tasks × methods × ε × seeds) resumably, skipping runs already stored.
+"""``dpbench sweep``: run a declared grid of cells (track × task × method × ε), resumably, skipping what is stored.
 
-A grid is a JSON file ``{"tasks": [...], "methods": [...], "epsilons": [...], "seeds": N}``; non-private methods
-run once per seed, not once per ε. Runs execute in this process (or in ``--workers`` processes), each as
-``dpbench run`` would (default hyperparameters, default δ, sampler and accountant); the seeds of a cell train as
-one batched computation where :mod:`dpbench.multiseed` applies, with the same results as separate runs. The
-full-data methods, the grid's longest jobs, start first (:func:`jobs`), so that the workers end together. A
-(task, method) pair the engine refuses (e.g. ``norm_bound`` on a task without a gradient bound) is reported and
-skipped.
+A grid is a JSON file::
+
+    {"tasks": [...], "methods": [...], "epsilons": [...], "seeds": 5,
+     "tracks": ["none", "validation", "random-stopping"], "trials": 16, "neighbouring": "replace-one"}
+
+``tracks`` (default ``["none"]``), ``trials`` (default 16) and ``neighbouring`` (default: each method's own) are
+optional. The tracks, every method treated alike:
+
+* ``none``: the method's defaults with the task's epochs and batch size, one run per seed, as ``dpbench run``;
+* ``validation``: ``trials`` configurations drawn from the method's search space, selected on held-out training
+  data, then the seeds (:mod:`dpbench.validation`; the selection is not charged, and the records say so);
+* ``random-stopping``: ``dpbench tune``'s private mode per seed (the tuning seed), K with mean ``trials``, the total
+  ε including the tuning (:mod:`dpbench.tuning`); methods whose mechanism the tuning accountant cannot express
+  (AMP's (ε, δ) theorem) and non-private ones are reported and skipped.
+
+Non-private methods run once per seed, not once per ε. A cell's runs train as one batched computation where
+:mod:`dpbench.multiseed` applies (seeds; a cell's trials; the trials of all its tuning seeds), with the records of
+separate runs. A stored record counts only if it has the identity a run would have now (settings, code, ledger
+version: :func:`dpbench.engine.identity`). Cells run in this process or in ``--workers`` processes; the
+full-data methods, the longest jobs, start first. One progress bar with an ETA runs over all cells.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import multiprocessing
 import os
 import sys
-import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
-from dpbench import allocator, engine, multiseed, registry, store
+from dpbench import allocator, engine, multiseed, registry, store, tuning, validation
 from dpbench.engine import RunSpec, UsageError
 from dpbench.method import ReleaseMethod
+from dpbench.privacy import NEIGHBOURING
 
-Cell = tuple[tuple[str, str, float | None], list[int]]  # ((task, method, ε), seeds)
-
-
-def _stored(records: list[dict[str, Any]]) -> set[tuple[str, int]]:
-    """(identity, seed) of the stored untuned runs (:func:`dpbench.engine.identity`: settings, code, ledger)."""
-    return {(engine.identity(r), r["seed"]) for r in records if r.get("tuning") is None}
+TRACKS = ("none", "validation", "random-stopping")
+GRID_KEYS = {"tasks", "methods", "epsilons", "seeds", "tracks", "trials", "neighbouring"}
 
 
-def planned_runs(grid: dict[str, Any]) -> list[tuple[str, str, float | None, int]]:
-    methods = registry.methods()
-    runs = []
-    for task in grid["tasks"]:
-        for method in grid["methods"]:
-            budgets = grid["epsilons"] if methods[method].private else [None]
-            runs += [(task, method, epsilon, seed) for epsilon in budgets for seed in range(grid["seeds"])]
-    return runs
+@dataclass(frozen=True)
+class Cell:
+    track: str
+    task: str
+    method: str
+    epsilon: float | None
+    seeds: tuple[int, ...]
+    trials: int
+    neighbouring: str | None
+
+    def label(self) -> str:
+        budget = "non-private" if self.epsilon is None else f"eps={self.epsilon:g}"
+        return f"{self.track} {self.task} {self.method} {budget}"
 
 
-def _pending_groups(runs, stored) -> tuple[dict[tuple[str, str, float | None], list[int]], dict[tuple, str]]:
-    """The planned runs without a stored record of the same identity and seed, as {(task, method, ε): [seeds]} in
-    plan order, and the cells the engine refuses, {(task, method, ε): reason}. A stored record counts only if it
-    ran the settings and code a run would run now, under the current ledger version."""
-    groups: dict[tuple[str, str, float | None], list[int]] = {}
-    identities: dict[tuple[str, str, float | None], str] = {}
-    refused: dict[tuple[str, str, float | None], str] = {}
-    for task, method, epsilon, seed in runs:
-        key = (task, method, epsilon)
-        if key not in identities and key not in refused:
-            try:
-                identities[key] = engine.describe(RunSpec(method=method, task=task, epsilon=epsilon))
-            except UsageError as error:
-                refused[key] = str(error)
-        if key in identities and (identities[key], seed) not in stored:
-            groups.setdefault(key, []).append(seed)
-    return groups, refused
-
-
-def jobs(cells: list[Cell], methods: dict[str, type]) -> list[Cell]:
-    """The pending cells as units of work, full-data methods first: output and objective perturbation (never
-    batched) one seed per job, then the cells of full-batch gradient methods, then the rest, each group in plan
-    order. Full-data methods are the longest jobs on the largest tasks; started last, they would leave one worker
-    running alone (kddcup99's AMP did, for minutes)."""
-    def rank(job: Cell) -> int:
-        method = methods[job[0][1]]
-        return 0 if issubclass(method, ReleaseMethod) else 1 if method.full_batch else 2
-
-    split: list[Cell] = []
-    for key, seeds in cells:
-        if issubclass(methods[key[1]], ReleaseMethod):
-            split += [(key, [seed]) for seed in seeds]
-        else:
-            split.append((key, seeds))
-    return sorted(split, key=rank)
-
-
-def _run_cell(cell: Cell) -> tuple[Cell, list[dict[str, Any]], str | None]:
-    """Train one (task, method, ε) cell's seeds, as one batched run where :mod:`dpbench.multiseed` applies (linear
-    models, plain private methods), else one after the other; returns (the cell, records, the refusal if refused)."""
-    (task, method, epsilon), seeds = cell
-    spec = RunSpec(method=method, task=task, epsilon=epsilon, progress_bar=False)
+def load_grid(path: str) -> dict[str, Any]:
     try:
-        try:
-            return cell, multiseed.run_seeds(spec, seeds), None
-        except multiseed.NotBatchable:
-            return cell, [engine.run(replace(spec, seed=seed)) for seed in seeds], None
-    except UsageError as error:
+        grid = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        raise UsageError(f"cannot read grid {path}: {error}") from None
+    if not isinstance(grid, dict):
+        raise UsageError(f"grid {path}: a JSON object is expected")
+    missing, unknown = {"tasks", "methods", "epsilons", "seeds"} - set(grid), set(grid) - GRID_KEYS
+    if missing or unknown:
+        raise UsageError(f"grid {path}: " + "; ".join(
+            part for part in [f"lacks {', '.join(sorted(missing))}" if missing else "",
+                              f"unknown keys {', '.join(sorted(unknown))}" if unknown else ""] if part))
+    grid = {"tracks": ["none"], "trials": 16, "neighbouring": None, **grid}
+    lists_of_names = all(isinstance(grid[key], list) and grid[key] and all(isinstance(v, str) for v in grid[key])
+                         for key in ("tasks", "methods", "tracks"))
+    numbers = (isinstance(grid["epsilons"], list) and grid["epsilons"] and
+               all(isinstance(e, (int, float)) and not isinstance(e, bool) and 0 < e < float("inf")
+                   for e in grid["epsilons"]))
+    counts = all(isinstance(grid[key], int) and not isinstance(grid[key], bool) and 1 <= grid[key] <= 10_000
+                 for key in ("seeds", "trials"))
+    if not (lists_of_names and numbers and counts):
+        raise UsageError(f"grid {path}: tasks, methods and tracks are non-empty lists of names, epsilons a non-empty "
+                         f"list of positive numbers, seeds and trials whole numbers from 1 to 10000")
+    if unknown_tracks := [t for t in grid["tracks"] if t not in TRACKS]:
+        raise UsageError(f"grid {path}: unknown tracks {', '.join(unknown_tracks)}; choose from {', '.join(TRACKS)}")
+    if grid["neighbouring"] not in (None, *NEIGHBOURING):
+        raise UsageError(f"grid {path}: neighbouring must be one of {', '.join(NEIGHBOURING)}")
+    return grid
+
+
+def cells(grid: dict[str, Any]) -> list[Cell]:
+    grid = {"tracks": ["none"], "trials": 16, "neighbouring": None, **grid}
+    methods = registry.methods()
+    found = []
+    for track in grid["tracks"]:
+        for task in grid["tasks"]:
+            for method in grid["methods"]:
+                private = methods[method].private
+                budgets = grid["epsilons"] if private else [None]
+                found += [Cell(track, task, method, None if epsilon is None else float(epsilon),
+                               tuple(range(grid["seeds"])), grid["trials"], grid["neighbouring"] if private else None)
+                          for epsilon in budgets]
+    return found
+
+
+# ---- one cell: what it would record, and running it ------------------------------------------------------------
+
+def _tune_specs(cell: Cell, seeds: tuple[int, ...]) -> list[tuning.TuneSpec]:
+    """The random-stopping cell's studies, one per tuning seed; they share the held-out split (split seed 0) so
+    that their trials train as one batch, and their names carry the settings (a changed grid never reuses them)."""
+    settings = json.dumps([cell.task, cell.method, cell.epsilon, cell.trials, cell.neighbouring], sort_keys=True)
+    digest = hashlib.sha256(settings.encode()).hexdigest()[:10]
+    return [tuning.TuneSpec(method=cell.method, task=cell.task, epsilon=cell.epsilon, mode="random-stopping",
+                            trials=cell.trials, neighbouring=cell.neighbouring or "add-remove", seed=seed,
+                            split_seed=0, study=f"sweep-{cell.task}-{cell.method}-eps{cell.epsilon:g}-seed{seed}-{digest}",
+                            no_wandb=True)
+            for seed in seeds]
+
+
+def identity(cell: Cell) -> str:
+    """The identity (:func:`dpbench.engine.identity`) the cell's records would have; UsageError if refused."""
+    spec = RunSpec(method=cell.method, task=cell.task, epsilon=cell.epsilon, neighbouring=cell.neighbouring,
+                   progress_bar=False)
+    if cell.track == "none":
+        return engine.describe(spec)
+    if cell.track == "validation":
+        return validation.describe(cell.task, cell.method, cell.epsilon, validation.TrackSettings(cell.trials),
+                                   cell.neighbouring)
+    method = registry.methods()[cell.method]
+    if not method.private:
+        raise UsageError(f"{cell.method} is not private: the random-stopping track does not apply")
+    plan_ = tuning.plan(_tune_specs(cell, (0,))[0])
+    planned = engine.describe_record(replace(spec, neighbouring=plan_.trial.neighbouring, epsilon=None,
+                                             noise_multiplier=1.0, sampler=None if plan_.trial.kind == "output"
+                                             else "poisson"))
+    return engine.identity({**planned, "epsilon_target": cell.epsilon, "neighbouring": plan_.trial.neighbouring,
+                            "profile": None, "tuning": {"config": tuning.tuning_config(plan_)}})
+
+
+def run_cell(cell: Cell) -> tuple[Cell, list[dict[str, Any]], str | None]:
+    """Run one cell's pending seeds; returns (the cell, its records, the refusal if refused)."""
+    try:
+        if cell.track == "none":
+            spec = RunSpec(method=cell.method, task=cell.task, epsilon=cell.epsilon, neighbouring=cell.neighbouring,
+                           progress_bar=False, no_wandb=True)
+            try:
+                return cell, multiseed.run_seeds(spec, list(cell.seeds)), None
+            except multiseed.NotBatchable:
+                return cell, [engine.run(replace(spec, seed=seed)) for seed in cell.seeds], None
+        if cell.track == "validation":
+            return cell, validation.run_cell(cell.task, cell.method, cell.epsilon, list(cell.seeds),
+                                             validation.TrackSettings(cell.trials), cell.neighbouring), None
+        return cell, tuning.tune_together(_tune_specs(cell, cell.seeds)), None
+    except (UsageError, tuning.TuningError) as error:
         return cell, [], str(error)
+
+
+# ---- the grid --------------------------------------------------------------------------------------------------
+
+def _cost(cell: Cell, methods: dict[str, type]) -> tuple[int, int]:
+    """Order of the jobs: full-data methods (the longest) first, tuned cells before untuned ones, so that the
+    workers end together."""
+    method = methods[cell.method]
+    return (0 if issubclass(method, ReleaseMethod) or method.full_batch else 1, -TRACKS.index(cell.track))
+
+
+def pending(grid: dict[str, Any]) -> tuple[list[Cell], int, dict[Cell, str]]:
+    """The cells with seeds to run (only those seeds), the number of runs already stored, and refused cells."""
+    stored = {(engine.identity(r), r["seed"]) for r in store.load()}
+    todo, done, refused = [], 0, {}
+    for cell in cells(grid):
+        try:
+            key = identity(cell)
+        except (UsageError, tuning.TuningError) as error:
+            refused[cell] = str(error)
+            continue
+        missing = tuple(seed for seed in cell.seeds if (key, seed) not in stored)
+        done += len(cell.seeds) - len(missing)
+        if missing:
+            todo.append(replace(cell, seeds=missing))
+    methods = registry.methods()
+    jobs = []
+    for cell in sorted(todo, key=lambda c: _cost(c, methods)):
+        if cell.track == "none" and issubclass(methods[cell.method], ReleaseMethod):
+            jobs += [replace(cell, seeds=(seed,)) for seed in cell.seeds]  # never batched: one seed per job
+        else:
+            jobs.append(cell)
+    return jobs, done, refused
 
 
 def _init_worker(threads: int) -> None:
@@ -100,10 +195,10 @@ def _init_worker(threads: int) -> None:
     allocator.keep_freed_memory()  # as the ``dpbench`` command does in its own process
 
 
-def run_grid(grid: dict[str, Any], workers: int = 1) -> dict[str, int]:
-    """Run every planned run not yet in the store; returns counts of runs done, skipped and refused.
+def run_grid(grid: dict[str, Any], workers: int = 1, progress: bool = True) -> dict[str, int]:
+    """Run every cell not yet stored; returns counts of runs done, already stored and refused.
 
-    ``workers`` > 1 trains that many cells at once in worker processes (the store is SQLite: safe to append from
+    ``workers`` > 1 runs that many cells at once in worker processes (the store is SQLite: safe to append from
     several), each with an equal share of the CPU cores as torch threads; results are as with one worker.
     """
     known_methods, known_tasks = registry.methods(), registry.tasks()
@@ -112,49 +207,34 @@ def run_grid(grid: dict[str, Any], workers: int = 1) -> dict[str, int]:
         raise UsageError(f"unknown methods or tasks in the grid: {', '.join(unknown)}")
     if workers < 1:
         raise UsageError(f"workers must be at least 1, got {workers}")
-    runs = planned_runs(grid)
-    pending, refused_cells = _pending_groups(runs, _stored(store.load()))
-    cells = jobs(list(pending.items()), known_methods)
-    counts = {"ran": 0, "already stored": len(runs) - sum(len(seeds) for _, seeds in cells), "refused": 0}
-    refused: set[tuple[str, str]] = set()
-    for (task, method, epsilon), reason in refused_cells.items():
-        if (task, method) not in refused:
-            print(f"sweep: {method} on {task} refused: {reason}", file=sys.stderr)
-        refused.add((task, method))
-        count = sum(1 for run in runs if run[:3] == (task, method, epsilon))
-        counts["refused"] += count
-        counts["already stored"] -= count
-    started = time.perf_counter()
+    jobs, done, refused = pending(grid)
+    counts = {"ran": 0, "already stored": done, "refused": sum(len(cell.seeds) for cell in refused)}
+    reported: set[tuple[str, str, str]] = set()
+
+    def report(cell: Cell, reason: str) -> None:
+        if (cell.track, cell.task, cell.method) not in reported:
+            print(f"sweep: {cell.track}: {cell.method} on {cell.task} refused: {reason}", file=sys.stderr)
+        reported.add((cell.track, cell.task, cell.method))
+
+    for cell, reason in refused.items():
+        report(cell, reason)
     with contextlib.ExitStack() as stack:
         if workers == 1:
-            results = map(_run_cell, cells)
+            results = map(run_cell, jobs)
         else:
             threads = max(1, (os.cpu_count() or 1) // workers)
             pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(
                 workers, initializer=_init_worker, initargs=(threads,)))
-            results = pool.imap_unordered(_run_cell, cells)
-        for ((task, method, epsilon), seeds), finished, refusal in results:
+            results = pool.imap_unordered(run_cell, jobs)
+        bar = stack.enter_context(tqdm(total=len(jobs), desc="sweep", unit="cell", disable=not progress,
+                                       file=sys.stderr, dynamic_ncols=True))
+        for cell, finished, refusal in results:
+            bar.update(1)
             if refusal is not None:
-                if (task, method) not in refused:
-                    print(f"sweep: {method} on {task} refused: {refusal}", file=sys.stderr)
-                refused.add((task, method))
-                counts["refused"] += len(seeds)
+                report(cell, refusal)
+                counts["refused"] += len(cell.seeds)
                 continue
-            for record in finished:
-                counts["ran"] += 1
-                metric = next(iter(record["metrics"].items()))
-                print(f"[{counts['ran'] + counts['already stored']}/{len(runs)} {time.perf_counter() - started:.0f}s] "
-                      f"{task} {method} eps={epsilon} seed={record['seed']}: {metric[0]}={metric[1]:.4f} "
-                      f"({record['train_seconds']:.1f}s)", file=sys.stderr, flush=True)
+            counts["ran"] += len(finished)
+            metric = next(iter(finished[0]["metrics"].items())) if finished else ("", float("nan"))
+            bar.set_postfix_str(f"{cell.label()}: {metric[0]}={metric[1]:.4f}", refresh=False)
     return counts
-
-
-def load_grid(path: str) -> dict[str, Any]:
-    try:
-        grid = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise UsageError(f"cannot read grid {path}: {error}") from None
-    missing = {"tasks", "methods", "epsilons", "seeds"} - set(grid)
-    if missing:
-        raise UsageError(f"grid {path} lacks {', '.join(sorted(missing))}")
-    return grid

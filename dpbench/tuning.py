@@ -22,25 +22,8 @@ Modes:
   training set at the full (ε, δ) and the trial with the best *test* accuracy is selected. The record's ε is one
   trial's; the selection is not private and the record and leaderboard say "tuning not private".
 
-The per-trial mechanism (private modes). Before training, the training set is split by a fixed,
-data-independent rule: each example goes to the validation part V with probability ``validation_fraction``, by a
-coin drawn from a generator seeded with the tuning seed (the coins depend on nothing but the seed and the
-example's position). A trial trains on the rest, T, exactly like ``dpbench run`` (Poisson sampling of T with
-rate q = B/|T|, clipping, Gaussian noise σ), then releases its model and the noisy score
-(#correct predictions on V + N(0, σ_v²)) / (fraction · n), with n the size of the whole training set. Adding or
-removing one example changes #correct by at most 1: the score is a Gaussian mechanism of sensitivity 1 and
-noise multiplier σ_v.
-
-How training and score compose: in *parallel*, since they read disjoint parts of the data. Under add/remove-one
-neighbours D' = D ∪ {z}, every other example keeps its coin, and z lands in V or in T. If z ∈ T, only the
-training differs and the score is post-processing of the model with V fixed; if z ∈ V, only the score differs
-(for any model). Both output distributions on D' are mixtures over z's coin of these two cases, and the Rényi
-divergence of order α is quasi-convex in a mixture, so a trial is (α, max(ρ_train(α), ρ_score(α)))-RDP at every
-α. σ_v is chosen as the smallest noise with ρ_score(α) = α/(2σ_v²) ≤ ρ_train(α) at every order α of the RDP
-accountant, so the per-trial RDP curve is the training's exactly, and the per-trial event given to dp-accounting
-is the training's event ``SelfComposed(PoissonSampled(q, Gaussian(σ)), T)``. (Sequential composition of the two
-would be valid too, and larger; ``tests/test_tuning.py`` checks both claims on the accountant's orders.)
-Sizes (n, |T|, |V|) are treated as public, as n is throughout dpbench (q = B/n).
+The per-trial mechanism, how training and score compose, the RDP curves under either neighbouring relation and the
+totals are in :mod:`dpbench.tuning_privacy`.
 
 Trials and the ledger. The study (Optuna storage: an SQLite file under ``DPBENCH_HOME`` by default, any
 SQLAlchemy URL, e.g. PostgreSQL, for many workers) holds exactly K trials from the moment it exists: the worker
@@ -74,22 +57,21 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import dp_accounting
-import numpy as np
 import optuna
 import sqlalchemy
 import torch
-from dp_accounting import rdp
 
-from dpbench import engine, records, store, streams, tracking
+from dpbench import engine, multiseed, records, search, store, streams, tracking
 from dpbench.data import dpbench_home
 from dpbench.engine import UsageError
 from dpbench.method import Method, ReleaseMethod
-from dpbench.privacy import GaussianReleases
-from dpbench.task import Task, TaskData
+from dpbench.privacy import NEIGHBOURING
+from dpbench.release import resolve_hyperparameters as release_hyperparameters
+from dpbench.task import Task
+from dpbench.tuning_privacy import (K_DISTRIBUTIONS, TrialMechanism, ValidationSplit, calibrate_trial_noise, draw_k,
+                                    k_distribution, score_noise_multiplier, total_epsilon)
 
 MODES = ("random-stopping", "adaptive", "oracle")
-K_DISTRIBUTIONS = ("negative-binomial", "poisson")
 SAMPLERS = ("random", "tpe", "qmc")
 #: The samplers each mode allows, its default first: random-stopping needs i.i.d. trials.
 MODE_SAMPLERS = {"random-stopping": ("random",), "adaptive": ("tpe", "qmc", "random"), "oracle": ("random", "qmc")}
@@ -118,7 +100,9 @@ class TuneSpec:
     eta: int = 0  # at mean 8 the cheapest (per-trial σ, digits, ε = 1: 18.3; η = 1: 21.7; Poisson: 21.5)
     sampler: str | None = None  # None: the mode's default (MODE_SAMPLERS)
     validation_fraction: float = 0.1
+    neighbouring: str = "add-remove"  # of the total ε (trials sample Poisson batches either way)
     seed: int = 0
+    split_seed: int | None = None  # the held-out part's coins (None: the tuning seed's)
     overrides: dict[str, Any] = field(default_factory=dict)
     search_space: dict[str, dict[str, Any]] | None = None  # None: the method's
     storage: str | None = None  # None: sqlite under DPBENCH_HOME
@@ -131,161 +115,7 @@ class TuneSpec:
     no_wandb: bool = False
 
 
-# ---- the distribution of K (Papernot & Steinke, Definition 1 and Theorem 6) ------------------------------------
-
-def k_distribution(spec: TuneSpec) -> dict[str, Any]:
-    if spec.k_distribution == "poisson":
-        return {"name": "poisson", "mean": float(spec.trials)}
-    return {"name": "truncated_negative_binomial", "eta": spec.eta, "mean": float(spec.trials)}
-
-
-def k_shape(distribution: dict[str, Any]) -> float:
-    """dp-accounting's ``shape`` of ``RepeatAndSelectDpEvent``: η, or ∞ for Poisson."""
-    return math.inf if distribution["name"] == "poisson" else float(distribution["eta"])
-
-
-def tnb_gamma(eta: int, mean: float) -> float:
-    """γ of the truncated negative binomial with η ∈ {0, 1} and the given mean (Definition 1):
-    η = 1: mean 1/γ; η = 0: mean (1 − γ)/(γ·log(1/γ)), solved by bisection (decreasing in γ)."""
-    if eta == 1:
-        return 1 / mean
-    if mean == 1:
-        return 1.0
-    low, high = 1e-300, 1.0
-    for _ in range(200):
-        gamma = math.sqrt(low * high) if high / low > 4 else (low + high) / 2
-        if (1 - gamma) / (gamma * math.log(1 / gamma)) > mean:
-            low = gamma
-        else:
-            high = gamma
-    return high
-
-
-def draw_k(distribution: dict[str, Any], seed: int) -> int:
-    """K from its distribution, on the tuning seed's ``tuning-k`` stream (never from the data)."""
-    rng = streams.numpy_generator(seed, "tuning-k")
-    mean = distribution["mean"]
-    if distribution["name"] == "poisson":
-        return int(rng.poisson(mean))
-    gamma = tnb_gamma(distribution["eta"], mean)
-    if gamma >= 1:
-        return 1
-    return int(rng.geometric(gamma) if distribution["eta"] == 1 else rng.logseries(1 - gamma))
-
-
-# ---- accounting ----------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class TrialMechanism:
-    """What one trial runs: ``releases`` Poisson-subsampled Gaussian gradient releases (rate q, noise σ) on T."""
-
-    sample_rate: float
-    noise_multiplier: float
-    releases: int
-
-    def event(self) -> dp_accounting.DpEvent:
-        return GaussianReleases(self.sample_rate, self.noise_multiplier, self.releases).event()
-
-
-def rdp_curve(event: dp_accounting.DpEvent) -> tuple[np.ndarray, np.ndarray]:
-    """(orders, RDP at each order) of ``event`` from dp-accounting's RDP accountant (its default orders)."""
-    accountant = rdp.RdpAccountant()
-    accountant.compose(event)
-    return np.asarray(accountant.orders), np.asarray(accountant.rdp)
-
-
-def score_noise_multiplier(trial: TrialMechanism) -> float:
-    """σ_v: the smallest noise on the count (sensitivity 1) whose RDP α/(2σ_v²) is at most the training's at every
-    order of the accountant, so that the trial's parallel composition max(ρ_train, ρ_score) is ρ_train."""
-    orders, curve = rdp_curve(trial.event())
-    return math.sqrt(float(np.max(orders / (2 * curve)))) * (1 + 1e-9)
-
-
-def total_event(mode: str, trial: TrialMechanism, distribution: dict[str, Any] | None,
-                trials: int) -> dp_accounting.DpEvent:
-    """The whole tuning's event: repeat-and-select (random-stopping) or N-fold adaptive composition."""
-    if mode == "random-stopping":
-        return dp_accounting.dp_event.RepeatAndSelectDpEvent(trial.event(), distribution["mean"], k_shape(distribution))
-    return dp_accounting.SelfComposedDpEvent(trial.event(), trials)
-
-
-def total_epsilon(mode: str, trial: TrialMechanism, distribution: dict[str, Any] | None, trials: int,
-                  delta: float) -> float:
-    accountant = rdp.RdpAccountant()
-    accountant.compose(total_event(mode, trial, distribution, trials))
-    return float(accountant.get_epsilon(delta))
-
-
-def calibrate_trial_noise(mode: str, epsilon: float, delta: float, sample_rate: float, releases: int,
-                          distribution: dict[str, Any] | None, trials: int) -> float:
-    """The smallest per-trial σ (to 1e-4) whose total ε over the whole tuning is ≤ ``epsilon``."""
-    return float(dp_accounting.calibrate_dp_mechanism(
-        rdp.RdpAccountant,
-        lambda sigma: total_event(mode, TrialMechanism(sample_rate, sigma, releases), distribution, trials),
-        epsilon, delta, bracket_interval=dp_accounting.LowerEndpointAndGuess(0.0, 1.0), tol=1e-4))
-
-
-# ---- the validation split and the noisy score ------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ValidationSplit:
-    """Hold out a fixed, data-independent part of the training data and score a trained model on it (see the
-    module docstring): passed to the engine as ``RunSpec.validation``."""
-
-    fraction: float
-    seed: int  # the tuning seed
-    noise_multiplier: float  # σ_v, the standard deviation of the noise on the count of correct predictions
-    trial: int  # the trial's number: its score noise is stream ``score-noise`` of the tuning seed at this index
-
-    def mask(self, n: int) -> torch.Tensor:
-        """True for the examples in V: one coin per position, from the tuning seed's ``tuning-split`` stream."""
-        return torch.rand(n, generator=streams.generator(self.seed, "tuning-split")) < self.fraction
-
-    def split(self, data: TaskData) -> tuple[TaskData, tuple[torch.Tensor, torch.Tensor, int]]:
-        held = self.mask(data.n_train)
-        training = replace(data, x_train=data.x_train[~held], y_train=data.y_train[~held])
-        return training, (data.x_train[held], data.y_train[held], data.n_train)
-
-    def score(self, task: Task, held_out: tuple[torch.Tensor, torch.Tensor, int]) -> dict[str, float]:
-        """(#correct on V + N(0, σ_v²)) / (fraction · n): only this noisy value leaves the trial."""
-        x, y, n = held_out
-        was_training = task.training
-        task.eval()
-        with torch.no_grad():
-            correct = sum(float(task.per_example_metrics(task(xs), ys)["accuracy"].sum())
-                          for xs, ys in zip(x.split(4096), y.split(4096)))
-        task.train(was_training)
-        noise = self.noise_multiplier * float(torch.randn((), generator=streams.generator(self.seed, "score-noise",
-                                                                                          self.trial)))
-        return {"noisy_accuracy": (correct + noise) / (self.fraction * n)}
-
-
 # ---- the plan: everything decided before the study is opened ---------------------------------------------------
-
-def _distribution(name: str, spec: dict[str, Any]) -> optuna.distributions.BaseDistribution:
-    kind = spec.get("type")
-    try:
-        if kind == "float":
-            return optuna.distributions.FloatDistribution(spec["low"], spec["high"], log=spec.get("log", False))
-        if kind == "int":
-            return optuna.distributions.IntDistribution(spec["low"], spec["high"], log=spec.get("log", False))
-        if kind == "categorical":
-            return optuna.distributions.CategoricalDistribution(spec["choices"])
-    except (KeyError, ValueError, TypeError) as error:
-        raise UsageError(f"search space entry {name!r}: {error}") from None
-    raise UsageError(f"search space entry {name!r}: type must be float, int or categorical, got {kind!r}")
-
-
-def load_search_space(path: str) -> dict[str, dict[str, Any]]:
-    try:
-        space = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as error:
-        raise UsageError(f"cannot read the search space {path}: {error}") from None
-    if not isinstance(space, dict) or not all(isinstance(v, dict) for v in space.values()):
-        raise UsageError(f"{path}: a search space is a JSON object of name -> {{type, low, high[, log]}} or "
-                         f"{{type: categorical, choices}}")
-    return space
-
 
 @dataclass
 class Plan:
@@ -334,22 +164,28 @@ def plan(spec: TuneSpec) -> Plan:
                          f"{', '.join(MODE_SAMPLERS[spec.mode])}" + (" (Papernot & Steinke's bound needs i.i.d. "
                                                                      "trials)" if spec.mode == "random-stopping" else ""))
     engine.check_seed(spec.seed)
+    if spec.neighbouring not in NEIGHBOURING:
+        raise UsageError(f"unknown neighbouring relation {spec.neighbouring!r}; choose one of {', '.join(NEIGHBOURING)}")
     if not 0 < spec.validation_fraction < 1:
         raise UsageError(f"validation fraction must lie in (0, 1), got {spec.validation_fraction}")
     if spec.heartbeat_interval < 1:
         raise UsageError(f"heartbeat interval must be at least 1 s, got {spec.heartbeat_interval}")
 
     method, task_class = engine.registered(spec.method, spec.task, spec.plugins)
-    if issubclass(method, ReleaseMethod):
-        raise UsageError(f"{method.name} releases through output/objective perturbation: dpbench tune does not "
-                         f"tune it (its search_space holds its benchmark's grids)")
+    output_trials = isinstance(method, type) and issubclass(method, ReleaseMethod)
+    if output_trials and not getattr(method, "tunable_privately", False) and spec.mode != "oracle":
+        raise UsageError(f"{method.name}: {method.untunable_reason}")
+    if output_trials and spec.neighbouring != "replace-one" and spec.mode != "oracle":
+        raise UsageError(f"{method.name}'s analysis holds under replace-one neighbours only; pass --neighbouring "
+                         f"replace-one")
     if not method.private and spec.mode != "oracle":
         raise UsageError(f"{method.name} is not private: only --mode oracle can tune it")
     space = dict(method.search_space if spec.search_space is None else spec.search_space)
     if not space:
         raise UsageError(f"{method.name} declares no search space; pass --search-space FILE")
-    hp, options = engine.resolve_hyperparameters(method, task_class, spec.overrides)
-    fixed = set(MECHANISM_KEYS) if spec.mode != "oracle" else set()
+    hp, options = (release_hyperparameters(method, task_class, spec.overrides) if output_trials else
+                   engine.resolve_hyperparameters(method, task_class, spec.overrides))
+    fixed = set(MECHANISM_KEYS) if spec.mode != "oracle" and not output_trials else set()
     if method.clip_to_task_bound:
         fixed.add("clip")
     for name in space:
@@ -361,11 +197,10 @@ def plan(spec: TuneSpec) -> Plan:
                              f"for every trial; set it with --set {name}=...")
         if name in spec.overrides:
             raise UsageError(f"{name} is both fixed on the command line and in the search space")
-    distributions = {name: _distribution(name, entry) for name, entry in space.items()}
+    distributions = search.distributions(space)
 
-    torch.manual_seed(0)  # the model's initialisation does not matter here: only shapes and the metric's name
     task = task_class(**options)
-    data = task.prepare()
+    data = task.prepare(spec.seed)  # the model's initialisation does not matter here: shapes and the metric's name
     n = data.n_train
     with torch.no_grad():
         if "accuracy" not in task.per_example_metrics(task(data.x_test[:2]), data.y_test[:2]):
@@ -379,26 +214,35 @@ def plan(spec: TuneSpec) -> Plan:
         raise UsageError(f"delta={delta:g} is not below 1/n = {1 / n:g} for n={n}")
     config = {"method": method.name, "task": task_class.name, "data_id": data.data_id, "mode": spec.mode,
               "epsilon": spec.epsilon, "delta": delta, "trials": spec.trials, "seed": spec.seed,
-              "search_space": space, "overrides": spec.overrides,
+              "search_space": space, "overrides": spec.overrides, "neighbouring": spec.neighbouring,
+              "split_seed": spec.split_seed,
               "sampler": sampler}
     result = Plan(spec, method, task_class, space, distributions, delta, n, config)
     if spec.mode == "oracle":
         return result
 
-    validation = ValidationSplit(spec.validation_fraction, spec.seed, 0.0, 0)
+    validation = ValidationSplit(spec.validation_fraction, spec.seed, 0.0, 0, split_seed=spec.split_seed)
     n_train = int((~validation.mask(n)).sum())
-    sample_rate, releases = _planned_releases(method, hp, n_train)
-    distribution = k_distribution(spec) if spec.mode == "random-stopping" else None
+    if output_trials:  # one Gaussian output mechanism per classifier (one-vs-all)
+        classes = getattr(task, "classes", 2)
+        mechanism = TrialMechanism(1.0, 1.0, 1 if classes == 2 else classes, spec.neighbouring, "output")
+    else:
+        sample_rate, releases = _planned_releases(method, hp, n_train)
+        mechanism = TrialMechanism(sample_rate, 1.0, releases, spec.neighbouring)
+    distribution = (k_distribution(spec.k_distribution, spec.eta, spec.trials) if spec.mode == "random-stopping"
+                    else None)
     trials = int(spec.trials)
     absl = logging.getLogger("absl")  # dp-accounting warns of RDP orders it drops (as infinite) at small σ
     level = absl.level
     absl.setLevel(logging.ERROR)
     try:
-        sigma = calibrate_trial_noise(spec.mode, spec.epsilon, delta, sample_rate, releases, distribution, trials)
+        sigma = calibrate_trial_noise(spec.mode, spec.epsilon, delta, mechanism, distribution, trials)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     finally:
         absl.setLevel(level)
-    result.trial = TrialMechanism(sample_rate, sigma, releases)
-    result.validation = {"fraction": spec.validation_fraction, "seed": spec.seed,
+    result.trial = replace(mechanism, noise_multiplier=sigma)
+    result.validation = {"fraction": spec.validation_fraction, "seed": spec.seed, "split_seed": spec.split_seed,
                          "noise_multiplier": score_noise_multiplier(result.trial), "sensitivity": 1,
                          "n_train": n_train, "n_validation": n - n_train}
     config.update({"k_distribution": distribution, "validation_fraction": spec.validation_fraction,
@@ -472,7 +316,7 @@ def open_study(plan_: Plan, storage: optuna.storages.RDBStorage, name: str, wait
             created = False
     if created:
         spec = plan_.spec
-        k = draw_k(k_distribution(spec), spec.seed) if spec.mode == "random-stopping" else int(spec.trials)
+        k = draw_k(plan_.config["k_distribution"], spec.seed) if spec.mode == "random-stopping" else int(spec.trials)
         study.set_user_attr("dpbench_config", plan_.config)
         study.set_user_attr("k", k)
         for _ in range(k):
@@ -510,16 +354,18 @@ def _claim(study: optuna.Study, storage: optuna.storages.RDBStorage) -> int | No
 
 
 class _Heartbeat:
-    """Record the trial's heartbeat every ``interval`` seconds while its worker lives."""
+    """Record the heartbeats of trials (one id or a list) every ``interval`` seconds while their worker lives."""
 
-    def __init__(self, storage: optuna.storages.RDBStorage, trial_id: int, interval: int):
-        self.storage, self.trial_id, self.interval = storage, trial_id, interval
+    def __init__(self, storage: optuna.storages.RDBStorage, trial_ids: int | list[int], interval: int):
+        self.storage, self.interval = storage, interval
+        self.trial_ids = trial_ids if isinstance(trial_ids, list) else [trial_ids]
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._beat, daemon=True)
 
     def _beat(self):
         while not self.stop.wait(self.interval):
-            self.storage.record_heartbeat(self.trial_id)
+            for trial_id in self.trial_ids:
+                self.storage.record_heartbeat(trial_id)
 
     def __enter__(self):
         self.thread.start()
@@ -540,50 +386,99 @@ def _trial_run_spec(plan_: Plan, params: dict[str, Any], number: int) -> engine.
     if spec.mode == "oracle":
         return engine.RunSpec(epsilon=spec.epsilon if plan_.method.private else None, **common)
     validation = ValidationSplit(plan_.validation["fraction"], plan_.validation["seed"],
-                                 plan_.validation["noise_multiplier"], number)
-    return engine.RunSpec(noise_multiplier=plan_.trial.noise_multiplier, accountant="rdp", sampler="poisson",
-                          neighbouring="add-remove", validation=validation, **common)
+                                 plan_.validation["noise_multiplier"], number,
+                                 split_seed=plan_.validation["split_seed"])
+    if plan_.trial.kind == "output":
+        return engine.RunSpec(noise_multiplier=plan_.trial.noise_multiplier, neighbouring="replace-one",
+                              validation=validation, **common)
+    return engine.RunSpec(noise_multiplier=plan_.trial.noise_multiplier, sampler="poisson",
+                          neighbouring=spec.neighbouring, validation=validation, **common)
 
 
-def _suggest(trial: optuna.Trial, name: str, distribution: optuna.distributions.BaseDistribution) -> Any:
-    if isinstance(distribution, optuna.distributions.FloatDistribution):
-        return trial.suggest_float(name, distribution.low, distribution.high, log=distribution.log)
-    if isinstance(distribution, optuna.distributions.IntDistribution):
-        return trial.suggest_int(name, distribution.low, distribution.high, log=distribution.log)
-    return trial.suggest_categorical(name, distribution.choices)
+def _check_trial(plan_: Plan, number: int, record: dict[str, Any]) -> None:
+    """Refuse a trial whose record is not the mechanism the tuning's total charges."""
+    trial = plan_.trial
+    if trial is None:
+        return
+    if trial.kind == "output":  # the record's σ is noise std / sensitivity: equal to rounding
+        ran = (round(record["noise_multiplier"] / trial.noise_multiplier, 9), record["neighbouring"])
+        planned = (1.0, "replace-one")
+    else:
+        ran = (record["sampler"], record["sample_rate"], record["gradient_evaluations"], record["neighbouring"])
+        planned = ("poisson", trial.sample_rate, trial.releases, trial.neighbouring)
+    if ran != planned:
+        raise RuntimeError(f"trial {number} ran {ran}; the tuning charges {planned}")
 
 
-def _run_trial(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBStorage, trial_id: int) -> None:
-    """Sample, train and score one claimed trial and tell the study; any failure is told as FAIL (it counts)."""
+def _begin(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBStorage, trial_id: int):
+    """A claimed trial's optuna handle, number and hyperparameters (drawn by its own sampler)."""
     number = storage.get_trial_number_from_id(trial_id)
     study.sampler = _sampler(plan_, number)
     trial = optuna.Trial(study, trial_id)
     trial.set_user_attr("worker", f"{os.uname().nodename}:{os.getpid()}")
+    return trial, number, search.suggest(trial, plan_.distributions)
+
+
+def _finish(plan_: Plan, study: optuna.Study, trial: optuna.Trial, number: int, record: dict[str, Any] | None,
+            error: BaseException | None = None) -> None:
+    """Tell the study a trial's outcome: COMPLETE with its score, or FAIL (it counts either way)."""
     state, value = optuna.trial.TrialState.FAIL, None
     try:
-        with _Heartbeat(storage, trial_id, plan_.spec.heartbeat_interval):
-            if storage.get_trial(trial_id).state != optuna.trial.TrialState.RUNNING:
-                return  # failed as stale before it started: it counts, and it never touches the data
-            params = {name: _suggest(trial, name, distribution) for name, distribution in plan_.distributions.items()}
-            record = engine.run(_trial_run_spec(plan_, params, number))
-            if plan_.trial is not None and (record["sample_rate"] != plan_.trial.sample_rate or
-                                            record["gradient_evaluations"] != plan_.trial.releases or
-                                            record["sampler"] != "poisson" or record["neighbouring"] != "add-remove"):
-                raise RuntimeError(f"trial {number} ran {record['sampler']} q={record['sample_rate']}, "
-                                   f"{record['gradient_evaluations']} releases ({record['neighbouring']}); planned "
-                                   f"poisson q={plan_.trial.sample_rate}, {plan_.trial.releases} (add-remove)")
-            trial.set_user_attr("record", record)
-            value = (record["validation"]["noisy_accuracy"] if plan_.trial is not None
-                     else record["metrics"]["test_accuracy"])
-            state = optuna.trial.TrialState.COMPLETE if math.isfinite(value) else optuna.trial.TrialState.FAIL
-    except Exception as error:  # the trial failed: it counts, and the next one runs
-        trial.set_user_attr("error", f"{type(error).__name__}: {error}")
-        print(f"dpbench: trial {number} failed (it still counts): {type(error).__name__}: {error}", file=sys.stderr)
+        if error is not None:
+            raise error
+        if record is None:
+            raise UsageError("the engine refused the trial's settings")
+        _check_trial(plan_, number, record)
+        trial.set_user_attr("record", record)
+        value = (record["validation"]["noisy_accuracy"] if plan_.trial is not None
+                 else record["metrics"]["test_accuracy"])
+        state = optuna.trial.TrialState.COMPLETE if math.isfinite(value) else optuna.trial.TrialState.FAIL
+    except Exception as failure:  # the trial failed: it counts, and the next one runs
+        trial.set_user_attr("error", f"{type(failure).__name__}: {failure}")
+        print(f"dpbench: trial {number} failed (it still counts): {type(failure).__name__}: {failure}",
+              file=sys.stderr)
     finally:  # also on KeyboardInterrupt: the trial is told FAIL and still counts
         try:
             study.tell(trial, value if state == optuna.trial.TrialState.COMPLETE else None, state=state)
         except optuna.exceptions.UpdateFinishedTrialError:
             pass  # failed as stale by another worker meanwhile: it counts, once
+
+
+def _run_trial(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBStorage, trial_id: int) -> None:
+    """Sample, train and score one claimed trial and tell the study; any failure is told as FAIL (it counts)."""
+    trial, number, record, error = None, None, None, None
+    try:
+        with _Heartbeat(storage, trial_id, plan_.spec.heartbeat_interval):
+            if storage.get_trial(trial_id).state != optuna.trial.TrialState.RUNNING:
+                return  # failed as stale before it started: it counts, and it never touches the data
+            trial, number, params = _begin(plan_, study, storage, trial_id)
+            record = engine.run(_trial_run_spec(plan_, params, number))
+    except Exception as failure:
+        error = failure
+    finally:
+        if trial is not None:
+            _finish(plan_, study, trial, number, record, error)
+
+
+def _run_together(claimed: list[tuple[Plan, optuna.Study, int]], storage: optuna.storages.RDBStorage) -> None:
+    """Claimed trials of studies that share a per-trial mechanism, trained as one batch where
+    :mod:`dpbench.multiseed` applies (each trial keeps its own seed, hyperparameters, noise and score), else one
+    by one; each trial is told its own outcome, as :func:`_run_trial` would."""
+    interval = min(plan_.spec.heartbeat_interval for plan_, _, _ in claimed)
+    with _Heartbeat(storage, [trial_id for _, _, trial_id in claimed], interval):
+        begun = [(plan_, study, *_begin(plan_, study, storage, trial_id)) for plan_, study, trial_id in claimed]
+        specs = [_trial_run_spec(plan_, params, number) for plan_, _, _, number, params in begun]
+        try:
+            outcomes = [(record, None) for record in multiseed.run_many(specs)]
+        except Exception:  # one trial's failure must not fail the others: run them one by one
+            outcomes = []
+            for spec in specs:
+                try:
+                    outcomes.append((engine.run(spec), None))
+                except Exception as error:
+                    outcomes.append((None, error))
+    for (plan_, study, trial, number, _), (record, error) in zip(begun, outcomes):
+        _finish(plan_, study, trial, number, record, error)
 
 
 def work(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBStorage) -> None:
@@ -611,11 +506,22 @@ def ledger(study: optuna.Study) -> dict[str, Any]:
 
 # ---- the release ---------------------------------------------------------------------------------------------
 
+def tuning_config(plan_: Plan) -> dict[str, Any]:
+    """What decides a tuning's mechanism and search (public): a released record's ``tuning["config"]``, part of its
+    identity (two records of one config are the same experiment with other tuning seeds)."""
+    spec, config = plan_.spec, plan_.config
+    return {"mode": spec.mode, "k_distribution": config.get("k_distribution"),
+            "trials": None if spec.mode == "random-stopping" else int(spec.trials), "search_space": plan_.space,
+            "sampler": config["sampler"], "validation_fraction": spec.validation_fraction,
+            "split_seed": spec.split_seed, "overrides": spec.overrides, "neighbouring": spec.neighbouring}
+
+
 #: The keys of a released record's ``tuning``: nothing that depends on K or on the trials not selected.
-PUBLIC_TUNING_FIELDS = frozenset({
+PUBLIC_TUNING_FIELDS = frozenset({"config", 
     "mode", "sampler", "search_space", "selected_params", "study", "storage", "private", "selected_by", "trials",
     "note", "per_trial_epsilon", "selected_score", "accountant", "noise_multiplier", "sample_rate",
-    "gradient_evaluations", "per_trial_delta", "per_trial_event", "validation", "k_distribution", "total_event"})
+    "gradient_evaluations", "trial_mechanism", "neighbouring", "per_trial_delta", "per_trial_event", "validation",
+    "k_distribution", "total_event"})
 
 
 def released_record(plan_: Plan, study: optuna.Study, storage_url: str) -> dict[str, Any]:
@@ -637,7 +543,8 @@ def released_record(plan_: Plan, study: optuna.Study, storage_url: str) -> dict[
     # Only what is public leaves the study: for random stopping, K and the other trials (how many ran or failed,
     # which one won, its seed) must stay hidden, or the release is best-of-k for a known k (PUBLIC_TUNING_FIELDS).
     tuning = {"mode": spec.mode, "sampler": config["sampler"], "search_space": plan_.space,
-              "selected_params": best.params, "study": study.study_name, "storage": redacted(storage_url)}
+              "selected_params": best.params, "study": study.study_name, "storage": redacted(storage_url),
+              "config": tuning_config(plan_)}
     if spec.mode == "oracle":
         tuning.update({"private": False, "selected_by": "test accuracy (not private)", "trials": int(spec.trials),
                        "note": "tuning not private: trials were selected on the test set; epsilon covers one "
@@ -650,18 +557,17 @@ def released_record(plan_: Plan, study: optuna.Study, storage_url: str) -> dict[
         tuning.update({"private": True, "selected_by": "noisy validation accuracy",
                        "selected_score": best.value, "accountant": "rdp",
                        "noise_multiplier": plan_.trial.noise_multiplier, "sample_rate": plan_.trial.sample_rate,
-                       "gradient_evaluations": plan_.trial.releases,
+                       "gradient_evaluations": plan_.trial.releases, "trial_mechanism": plan_.trial.kind,
+                       "neighbouring": plan_.trial.neighbouring,
                        "per_trial_epsilon": record["epsilon"], "per_trial_delta": plan_.delta,
-                       "per_trial_event": "SelfComposed(PoissonSampled(sample_rate, Gaussian(noise_multiplier)), "
-                                          "gradient_evaluations); training and score in parallel (disjoint data)",
-                       "validation": plan_.validation})
+                       "per_trial_event": plan_.trial.description(), "validation": plan_.validation})
         if spec.mode == "random-stopping":
             tuning["k_distribution"] = distribution
             tuning["total_event"] = "RepeatAndSelect(per_trial_event, k_distribution.mean, shape)"
         else:  # adaptive: the number of trials is the user's, public, and every trial is charged
             tuning["trials"] = int(spec.trials)
             tuning["total_event"] = "SelfComposed(per_trial_event, trials)"
-        record.update({"epsilon": total, "accountant": "rdp"})
+        record.update({"epsilon": total, "accountant": "rdp", "neighbouring": plan_.trial.neighbouring})
     record.update({"seed": spec.seed, "epsilon_target": spec.epsilon, "delta": plan_.delta if
                    plan_.method.private else None, "tuning": tuning})
     if not set(tuning) <= PUBLIC_TUNING_FIELDS:
@@ -686,8 +592,7 @@ def _release_once(url: str, name: str, record: dict[str, Any]) -> tuple[dict[str
         db.dispose()
 
 
-def tune(spec: TuneSpec) -> dict[str, Any]:
-    """Run (or join, or resume) the study and return its released record (see the module docstring)."""
+def _open(spec: TuneSpec) -> tuple[Plan, str, optuna.storages.RDBStorage, optuna.Study, str]:
     plan_ = plan(spec)
     url = spec.storage or default_storage()
     if url.startswith("sqlite:///"):
@@ -695,8 +600,11 @@ def tune(spec: TuneSpec) -> dict[str, Any]:
     storage = _storage(url, spec.heartbeat_interval)
     name = spec.study or default_study_name(spec)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = open_study(plan_, storage, name)
-    work(plan_, study, storage)
+    return plan_, url, storage, open_study(plan_, storage, name), name
+
+
+def _release(plan_: Plan, url: str, study: optuna.Study, name: str) -> dict[str, Any]:
+    spec = plan_.spec
     record, ours = _release_once(url, name, released_record(plan_, study, url))
     if ours:
         settings = tracking.wandb_settings(spec.wandb_project, spec.wandb_entity, spec.no_wandb)
@@ -704,3 +612,28 @@ def tune(spec: TuneSpec) -> dict[str, Any]:
             tracking.finish(tracking.start_run(settings, {k: v for k, v in record.items() if k != "metrics"}), record)
         store.append(record, spec.store_path)
     return record
+
+
+def tune(spec: TuneSpec) -> dict[str, Any]:
+    """Run (or join, or resume) the study and return its released record (see the module docstring)."""
+    plan_, url, storage, study, name = _open(spec)
+    work(plan_, study, storage)
+    return _release(plan_, url, study, name)
+
+
+def tune_together(specs: list[TuneSpec]) -> list[dict[str, Any]]:
+    """:func:`tune` for studies that run one per-trial mechanism (the leaderboard's tuning seeds of a cell: same
+    method, task, budget, K distribution, fixed settings and split seed), their trials trained as one batch. Each
+    study keeps its own K, ledger and single release; the records are those :func:`tune` would give."""
+    opened = [_open(spec) for spec in specs]
+    claimed = []
+    for plan_, _, storage, study, _ in opened:
+        while (trial_id := _claim(study, storage)) is not None:
+            claimed.append((plan_, study, trial_id))
+    if claimed:
+        _run_together(claimed, opened[0][2])
+    released = []
+    for plan_, url, storage, study, name in opened:
+        work(plan_, study, storage)  # other workers' trials of these studies, if any
+        released.append(_release(plan_, url, study, name))
+    return released

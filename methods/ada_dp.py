@@ -43,11 +43,12 @@ class AdaDP(Method):
 
     name = "ada_dp"
     description = "ADADP (Koskela & Honkela 2020): DP-SGD adapting its learning rate from one full vs two half steps"
+    paper = "https://arxiv.org/abs/1809.03832"
     defaults = {"lr": 0.1, "tol": None, "alpha_min": 0.9, "alpha_max": 1.1, "variant": "paper",
                 "adapt_epochs": None, "decay": 0.1}
     releases_per_step = 2
     # lr: the initial η
-    search_space = {"lr": {"type": "float", "low": 0.01, "high": 10.0, "log": True},
+    search_space = {"lr": {"type": "float", "low": 0.01, "high": 100.0, "log": True},
                     "tol": {"type": "float", "low": 0.1, "high": 10.0, "log": True},
                     "clip": {"type": "float", "low": 0.1, "high": 10.0, "log": True}}
 

@@ -75,10 +75,12 @@ class AdaCliP(Method):
 
     name = "adaclip"
     description = "AdaCliP (Pichapati et al. 2019): per-coordinate adaptive clipping (g − m)/b, noise, rescale, SGD"
+    paper = "https://arxiv.org/abs/1908.07643"
     defaults = {"lr": 0.1, "beta1": 0.99, "beta2": 0.9, "h1": 1e-12, "h2": 1.0}
     # h2: the paper's tuned hyperparameter
-    search_space = {"lr": {"type": "float", "low": 0.01, "high": 10.0, "log": True},
-                    "h2": {"type": "float", "low": 1e-06, "high": 1.0, "log": True}}
+    search_space = {"lr": {"type": "float", "low": 0.01, "high": 100.0, "log": True},
+                    "h2": {"type": "float", "low": 1e-06, "high": 1.0, "log": True},
+                    "clip": {"type": "float", "low": 0.1, "high": 10.0, "log": True}}
 
     def setup(self):
         hp = self.hp

@@ -21,8 +21,11 @@ class DPAdam(Method):
 
     name = "dpadam"
     description = "DP-Adam (Tang & Lécuyer 2023, biased baseline): Adam on the noisy clipped gradient"
+    paper = "https://arxiv.org/abs/2304.11208"
     defaults = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "gamma": 1e-8}
+    # The paper tunes η and γ (Section 3, "we tune the learning rate, as well as γ or γ′").
     search_space = {"lr": {"type": "float", "low": 0.0001, "high": 1.0, "log": True},
+                    "gamma": {"type": "float", "low": 1e-10, "high": 1e-2, "log": True},
                     "clip": {"type": "float", "low": 0.1, "high": 10.0, "log": True}}
 
     def setup(self):

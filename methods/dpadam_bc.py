@@ -38,6 +38,7 @@ class DPAdamBC(DPAdam):
 
     name = "dpadam_bc"
     description = "DP-AdamBC (Tang & Lécuyer 2023, Alg. 1): DP-Adam with the DP noise variance removed from v̂"
+    paper = "https://arxiv.org/abs/2304.11208"
     defaults = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "gamma_prime": 1e-8}
     # γ′ with η, as in §3
     search_space = {"lr": {"type": "float", "low": 0.0001, "high": 1.0, "log": True},

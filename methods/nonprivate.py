@@ -15,7 +15,7 @@ class NonPrivate(Method):
     defaults = {"lr": 0.1, "momentum": 0.0, "optimizer": "sgd", "beta1": 0.9, "beta2": 0.999}
     private = False
     default_sampler = "shuffle"
-    search_space = {"lr": {"type": "float", "low": 0.01, "high": 10.0, "log": True},
+    search_space = {"lr": {"type": "float", "low": 0.01, "high": 100.0, "log": True},
                     "momentum": {"type": "categorical", "choices": [0.0, 0.9]}}
 
     def setup(self):

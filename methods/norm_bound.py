@@ -25,5 +25,6 @@ class NormBound(DPSGD):
 
     name = "norm_bound"
     description = "noisy SGD without clipping: noise scaled to the task's proven gradient norm bound (AdaCliP baseline)"
+    paper = "https://arxiv.org/abs/1908.07643"
     clip_to_task_bound = True
-    search_space = {"lr": {"type": "float", "low": 0.01, "high": 10.0, "log": True}}  # C is the task's bound
+    search_space = {"lr": {"type": "float", "low": 0.01, "high": 100.0, "log": True}}  # C is the task's bound

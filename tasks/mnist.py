@@ -71,7 +71,6 @@ class MNISTMLP(Classification):
     description = ("MLPs on MNIST: 784-256-256-10 (default), ADADP's bias-free 2x512/2x256, "
                    "AdaCliP's DP-PCA-60 + 1000 (--set network=...)")
     defaults = {"epochs": 10, "batch_size": 256}
-    method_defaults = {"dpsgd": {"lr": 0.5}}
     options = {"network": "relu256", "pca_dims": 60, "pca_noise_multiplier": 7.0}
     profiles = {
         "paper": {**_ADADP, "network": "adadp"},

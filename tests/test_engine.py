@@ -28,11 +28,15 @@ def params_of(module):
     return [p.detach().clone() for p in module.params()]
 
 
-@pytest.mark.parametrize("momentum", [0.0, 0.9])
-def test_dpsgd_without_noise_or_clipping_is_sgd_step_for_step(momentum):
+@pytest.mark.parametrize("momentum, weight_decay", [(0.0, 0.0), (0.9, 0.0), (0.9, 0.01)])
+def test_dpsgd_without_noise_or_clipping_is_sgd_step_for_step(momentum, weight_decay):
+    """dpsgd writes torch.optim.SGD's update out (for speed); the non-private baseline uses torch.optim.SGD."""
     batch_size = 32
-    dpsgd, data = module_for("dpsgd", 0.0, batch_size, clip=math.inf, lr=0.7, momentum=momentum)
+    dpsgd, data = module_for("dpsgd", 0.0, batch_size, clip=math.inf, lr=0.7, momentum=momentum,
+                             weight_decay=weight_decay)
     sgd, _ = module_for("nonprivate", 0.0, batch_size, lr=0.7, momentum=momentum)
+    if weight_decay:
+        sgd.method.optimizer.param_groups[0]["weight_decay"] = weight_decay
     sampler = ShuffleSampler(len(data), batch_size, releases_per_step=1, seed=1)
     for step, batches in enumerate(sampler):
         dpsgd.training_step(data.__getitems__(batches), step)

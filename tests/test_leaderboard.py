@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from dpbench import leaderboard, registry, store
+from dpbench import leaderboard, leaderboard_model, leaderboard_text, registry, store
 from dpbench.cli import main
 from dpbench.published import PUBLISHED
 from dpbench.records import LEDGER_VERSION
@@ -74,13 +74,13 @@ def test_only_runs_sharing_delta_sampler_accountant_and_tuning_share_a_cell(tmp_
         ["random-stopping", "oracle"]
     assert by_runs[frozenset(r["run_id"] for r in tuned)]["tuning"] == "adaptive"
     # Different δ: a table of its own, not just a cell.
-    tables = leaderboard.build_tables(store.load())
+    tables = leaderboard_model.build_tables(store.load())
     assert sorted(table.delta for table in tables) == [1e-7, 1e-6]
 
 
 def test_mean_standard_deviation_and_seed_count_over_seeds():
     runs = [add_run(0.8, seed=0), add_run(0.9, seed=1), add_run(0.7, seed=2)]
-    [table] = leaderboard.build_tables(store.load())
+    [table] = leaderboard_model.build_tables(store.load())
     [cell] = table.cells.values()
     assert cell.mean == pytest.approx(0.8)
     assert cell.std == pytest.approx(math.sqrt((0.0**2 + 0.1**2 + 0.1**2) / 2))  # sample std, n − 1
@@ -91,7 +91,7 @@ def test_a_seed_run_twice_counts_once_with_the_mean_of_its_runs():
     add_run(0.6, seed=0)
     add_run(0.8, seed=1)
     add_run(1.0, seed=1, created_at="2025-01-02T00:00:00+00:00")
-    [table] = leaderboard.build_tables(store.load())
+    [table] = leaderboard_model.build_tables(store.load())
     [cell] = table.cells.values()
     assert cell.n_seeds == 2 and len(cell.run_ids) == 3
     assert cell.mean == pytest.approx((0.6 + 0.9) / 2)
@@ -104,9 +104,9 @@ def test_csv_columns_and_values(tmp_path):
     baseline = add_run(0.95, **nonprivate_fields())
     single = add_run(0.7, method="dpgd", seed=4)
     rows = csv_rows(tmp_path)
-    assert set(leaderboard.CSV_COLUMNS) >= {"task", "data_id", "method", "epsilon", "delta", "tuning", "metric",
+    assert set(leaderboard_text.CSV_COLUMNS) >= {"task", "data_id", "method", "epsilon", "delta", "tuning", "metric",
                                             "mean", "std", "n_seeds", "accountant", "sampler", "run_ids"}
-    assert list(rows[0]) == leaderboard.CSV_COLUMNS
+    assert list(rows[0]) == leaderboard_text.CSV_COLUMNS
     by_id = {row["run_ids"]: row for row in rows}
     pair = by_id[f"{first['run_id']} {second['run_id']}"]
     assert {key: pair[key] for key in ("task", "data_id", "method", "epsilon", "epsilon_kind", "delta", "tuning",
@@ -136,20 +136,43 @@ def test_nonprivate_runs_join_every_delta_table_of_their_task_and_are_written_on
     assert [row["run_ids"] for row in csv_rows(tmp_path)].count(baseline["run_id"]) == 1
 
 
-def test_markdown_table_and_best_marking(capsys):
-    add_run(0.8, seed=0)
-    add_run(0.9, seed=1)
-    add_run(0.7, method="dpgd")
-    add_run(0.6, method="dpgd", epsilon_target=0.5, epsilon=0.5)
-    add_run(0.99, method="adaclip", tuning={"mode": "oracle"})  # another tuning mode: ranked on its own
-    text = markdown(capsys)
-    assert "## digits · data digits · δ = 1e-06 (1/n², n = 1,000)" in text
-    assert "Metric: test_accuracy (higher is better)" in text
+def row_of(text, method, section):
+    """The markdown row of ``method`` in the track section ``section`` ("### none", ...)."""
     lines = text.splitlines()
-    assert "| method | tuning | sampler | accountant | ε = 0.5 | ε = 1 |" in lines
-    assert "| dpsgd | none | poisson | pld |  | **0.85 ± 0.071** (n = 2) |" in lines
-    assert "| dpgd | none | poisson | pld | **0.6** (n = 1) | 0.7 (n = 1) |" in lines
-    assert "| adaclip | oracle (tuning not private) | poisson | pld |  | **0.99** (n = 1) |" in lines
+    start = lines.index(section)
+    return next(line for line in lines[start:] if line.split(" | ")[1:2] == [method])
+
+
+def test_markdown_ranks_rows_within_each_track_with_confidence_intervals(capsys):
+    for seed, (a, b) in enumerate([(0.80, 0.70), (0.82, 0.71), (0.81, 0.69), (0.80, 0.70), (0.82, 0.72)]):
+        add_run(a, seed=seed)
+        add_run(b, method="dpgd", seed=seed)
+    add_run(0.6, method="dpgd", epsilon_target=0.5, epsilon=0.5)
+    add_run(0.99, method="adaclip", tuning={"mode": "oracle"})  # another track: ranked on its own
+    text = markdown(capsys)
+    assert "## digits · data digits · δ = 1e-06 (1/n², n = 1,000) · ε under add-remove neighbours" in text
+    assert "Contents:" in text and "### none" in text and "### oracle (tuning not private)" in text
+    assert "| rank | method | sampler | accountant | ε = 0.5 | ε = 1 |" in text.splitlines()
+    dpsgd = row_of(text, "dpsgd", "### none")
+    # mean 0.81, sd 0.01, 95% CI half-width t(0.975, 4)·0.01/√5 = 0.0124; beats DP-GD (Welch p < 0.05): ▲
+    assert dpsgd.startswith("| 1 (1.0) | dpsgd |") and "▲ 0.81 ± 0.012 (n = 5)" in dpsgd
+    dpgd = row_of(text, "dpgd", "### none")
+    assert dpgd.startswith("| 2 (1.5) | dpgd |") and "| 0.6 (n = 1) |" in dpgd and "▲" not in dpgd.split("|")[6]
+    assert "0.99 (n = 1)" in row_of(text, "adaclip", "### oracle (tuning not private)")
+
+
+def test_leaders_not_significantly_apart_are_marked_tied_and_collapsed_cells_flagged(capsys):
+    for seed, (a, b) in enumerate([(0.80, 0.79), (0.82, 0.83), (0.81, 0.80)]):
+        add_run(a, seed=seed, test_majority_rate=0.6)
+        add_run(b, method="dpgd", seed=seed, test_majority_rate=0.6)
+        add_run(0.6, method="adaclip", seed=seed, test_majority_rate=0.6)
+    text = markdown(capsys)
+    assert "≈ 0.81" in row_of(text, "dpsgd", "### none") and "≈ 0.8067" in row_of(text, "dpgd", "### none")
+    adaclip = row_of(text, "adaclip", "### none")
+    assert "⚠ 0.6" in adaclip and "≈" not in adaclip and "▲" not in adaclip
+    rows = {row["method"]: row for row in csv.DictReader(io.StringIO(leaderboard.render(store.load(), "csv")))}
+    assert rows["adaclip"]["collapsed"] == "True" and rows["dpsgd"]["leader"] == "tied"
+    assert float(rows["dpsgd"]["ci95_low"]) < 0.81 < float(rows["dpsgd"]["ci95_high"])
 
 
 def test_lower_is_better_for_an_error_metric_and_rows_split_by_hyperparameters(capsys):
@@ -161,26 +184,23 @@ def test_lower_is_better_for_an_error_metric_and_rows_split_by_hyperparameters(c
     text = markdown(capsys)
     assert "Metric: test_squared_error (lower is better)" in text
     assert "ε ≈ 3.1e+06 (spent)" in text
-    lines = text.splitlines()
-    assert "| adaclip (lr=0.01) | none | poisson | pld | **0.01** (n = 1) |" in lines
-    assert "| adaclip (lr=0.1) | none | poisson | pld | 0.2 (n = 1) |" in lines
-    assert "| dpsgd | none | poisson | pld | 0.3 (n = 1) |" in lines
+    assert "| 1 (1.0) | adaclip (lr=0.01) | poisson | pld | 0.01 (n = 1) |" in text.splitlines()
+    assert "| 2 (2.0) | adaclip (lr=0.1) | poisson | pld | 0.2 (n = 1) |" in text.splitlines()
+    assert "| 3 (3.0) | dpsgd | poisson | pld | 0.3 (n = 1) |" in text.splitlines()
 
 
-def test_published_figures_are_separate_rows_never_marked_best(capsys):
-    # A measured DP-SGD far below the published ones: it is still the best *measured* cell of its column.
+def test_published_figures_are_separate_rows_never_ranked(capsys):
     add_run(0.5, task="mnist_logreg", data_id="mnist-5k-train", n_train=4000, delta=1 / 4000**2)
     text = markdown(capsys)
     lines = text.splitlines()
-    assert "| dpsgd | none | poisson | pld |  |  |  | **0.5** (n = 1) |  |  |" in lines
-    published = [line for line in lines if line.startswith("| *published:")]
+    assert "| 1 (1.0) | dpsgd | poisson | pld |  |  |  | 0.5 (n = 1) |  |  |" in lines
+    published = [line for line in lines if line.startswith("|  | *published:")]
     yu_dpsgd = next(line for line in published if "DP-SGD → dpsgd (Yu et al., Table 2" in line)
     assert "not this table's data (mnist-5k-train)" in yu_dpsgd and "δ = 1/n²" in yu_dpsgd
-    assert "*0.875*" in yu_dpsgd and "**" not in "".join(published)
+    assert "*0.875*" in yu_dpsgd and "▲" not in "".join(published)
     adaclip = next(line for line in published if "AdaCliP → adaclip (AdaCliP, Table 1" in line)
     assert "*0.8537 ± 0.0019*" in adaclip and "δ = 1e-5" in adaclip
-    # The published ε's get columns even where nothing was measured; figures for other tasks are listed apart.
-    header = "| method | tuning | sampler | accountant | ε = 0.1 | ε = 0.25 | ε = 0.5 | ε = 1 | ε = 2 | non-private |"
+    header = "| rank | method | sampler | accountant | ε = 0.1 | ε = 0.25 | ε = 0.5 | ε = 1 | ε = 2 | non-private |"
     assert header in lines
     assert "## Published figures without runs here" in text and "CIFAR-10 · DP-Adam → dpadam_bc" in text
 
@@ -205,10 +225,12 @@ def test_no_runs_or_a_malformed_tuning_field_is_a_usage_error(capsys):
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
 def test_html_page_renders_tables_and_plots_in_chromium(tmp_path):
-    for seed, accuracy in enumerate([0.8, 0.84]):
+    for seed, accuracy in enumerate([0.8, 0.84, 0.82]):
         add_run(accuracy, seed=seed)
         add_run(accuracy - 0.1, seed=seed, epsilon_target=0.5, epsilon=0.5)
         add_run(accuracy - 0.05, method="dpgd", seed=seed)
+        add_run(0.5, method="adaclip", seed=seed, test_majority_rate=0.5)
+        add_run(accuracy + 0.05, seed=seed, tuning={"mode": "validation"})
         add_run(accuracy + 0.1, seed=seed, **nonprivate_fields())
     add_run(0.88, task="mnist_logreg", data_id="mnist-5k-train", n_train=4000, delta=1 / 4000**2)
     page = tmp_path / "site" / "index.html"
@@ -219,10 +241,17 @@ def test_html_page_renders_tables_and_plots_in_chromium(tmp_path):
     profile = ["--user-data-dir=" + str(tmp_path / "chromium-profile")]
     dom = subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, *profile, "--dump-dom", page.as_uri()], capture_output=True,
                          text=True, timeout=180, check=True).stdout
-    assert dom.count('<table class="leaderboard">') == 2
+    # Contents linking every table, one ranked sub-table per track, confidence intervals, marks, methods, plots.
+    assert '<nav class="contents">' in dom and dom.count('<a href="#digits-digits-add-remove-1e-06">') == 1
+    assert '<table class="leaderboard" data-track="none">' in dom and 'data-track="validation"' in dom
     assert len(re.findall(r'<figure class="plot"><svg', dom)) == 2
-    assert "<h2>digits · data digits · δ = 1e-06 (1/n², n = 1,000)</h2>" in dom
-    assert 'class="published"' in dom and "<strong>0.82 ± 0.028</strong>" in dom
+    assert "<h2>digits · data digits · δ = 1e-06 (1/n², n = 1,000) · ε under add-remove neighbours</h2>" in dom
+    assert 'class="published"' in dom and "95% CI [" in dom
+    ranks = re.findall(r'<tr class="measured" data-track="none" data-method="(\w+)"><td>(\d+)', dom)
+    assert ranks[:3] == [("nonprivate", "1"), ("dpsgd", "1"), ("dpgd", "2")] or ("dpsgd", "1") in ranks
+    assert 'class="value winner"' in dom or 'class="value tied"' in dom
+    assert 'class="value collapsed"' in dom and "⚠" in dom  # the adaclip cell at the majority rate
+    assert '<section id="methods">' in dom and 'href="https://arxiv.org/abs/1607.00133"' in dom
 
     screenshot = tmp_path / "page.png"
     subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, *profile, f"--screenshot={screenshot}", "--window-size=1200,2000",
@@ -258,7 +287,7 @@ def test_records_of_older_ledger_versions_are_left_out(capsys):
     old = add_run(0.99, ledger_version=None)
     add_run(0.7, seed=1)
     text = markdown(capsys)
-    row = next(line for line in text.splitlines() if line.startswith("| dpsgd |"))
+    row = row_of(text, "dpsgd", "### none")
     assert "0.7" in row and "0.99" not in row and old["run_id"] not in text
     store.default_path().unlink()
     add_run(0.99, ledger_version=None)
@@ -282,7 +311,53 @@ def test_runs_of_different_code_never_share_a_cell_and_plugins_are_marked(capsys
     add_run(0.9, method="mine", code=plugin("a" * 64))
     add_run(0.1, method="mine", code=plugin("b" * 64), seed=1)
     text = markdown(capsys)
-    rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| mine")}
-    assert set(rows) == {"| mine [external plugin] (code aaaaaaaa)", "| mine [external plugin] (code bbbbbbbb)"}
-    assert "0.9" in rows["| mine [external plugin] (code aaaaaaaa)"] and "0.1 (n = 1)" in rows[
-        "| mine [external plugin] (code bbbbbbbb)"]
+    rows = {line.split(" | ")[1]: line for line in text.splitlines() if " | mine " in line}
+    first, second = "mine [external plugin, unaudited] (code aaaaaaaa)", "mine [external plugin, unaudited] (code bbbbbbbb)"
+    assert set(rows) == {first, second}
+    assert "0.9" in rows[first] and "0.1 (n = 1)" in rows[second]
+    # A passing white-box audit of one version marks that version only.
+    store.append({"kind": "audit", "run_id": "audit1", "task": "digits", "method": "mine", "passed": True,
+                  "threat_model": "white-box", "ledger_version": LEDGER_VERSION, "data_id": "digits",
+                  "created_at": "2025-01-01T00:00:00+00:00", "code": plugin("a" * 64)})
+    text = markdown(capsys)
+    assert " mine [external plugin, audit passed] (code aaaaaaaa) " in text
+    assert " mine [external plugin, unaudited] (code bbbbbbbb) " in text
+
+
+def test_check_lists_every_violation_until_each_is_explained(tmp_path, capsys):
+    """--check exits 1 with one line per violation: a private cell above the tuned non-private one, a validation-
+    tuned method getting worse as ε grows, a collapsed cell; an exceptions file with reasons silences exactly those,
+    and an explanation that matches nothing is itself reported."""
+    validation = {"tuning": {"mode": "validation"}, "test_majority_rate": 0.5}
+    for seed in range(3):
+        add_run(0.80 + seed * 0.001, seed=seed, **nonprivate_fields(), **validation)
+        add_run(0.90 + seed * 0.001, seed=seed, **validation)  # above the non-private reference
+        add_run(0.70 + seed * 0.001, method="dpgd", seed=seed, epsilon_target=0.5, epsilon=0.5, **validation)
+        add_run(0.60 + seed * 0.001, method="dpgd", seed=seed, **validation)  # worse at ε = 1 than at ε = 0.5
+        add_run(0.5, method="adaclip", seed=seed, test_majority_rate=0.5)  # collapsed
+    records = tmp_path / "results.jsonl"
+    assert main(["leaderboard", "--format", "jsonl", "--out", str(records)]) == 0
+    assert main(["leaderboard", "--check", "--records", str(records)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("above-non-private: digits (add-remove) · validation · dpsgd · ε = 1") for line in lines)
+    assert any(line.startswith("decreasing: digits (add-remove) · validation · dpgd · ε = 1") for line in lines)
+    assert any(line.startswith("collapsed: digits (add-remove) · none · adaclip · ε = 1") for line in lines)
+    assert len(lines) == 3
+    explained = [{"kind": "collapsed", "task": "digits", "method": "adaclip", "track": "none", "epsilons": "all",
+                  "reason": "a test of the check"},
+                 {"kind": "decreasing", "task": "digits", "method": "dpgd", "track": "validation", "epsilons": [1],
+                  "reason": "a test of the check"}]
+    (tmp_path / "exceptions.json").write_text(json.dumps(explained))
+    assert main(["leaderboard", "--check", "--records", str(records)]) == 1
+    assert capsys.readouterr().out.splitlines() == [line for line in lines if line.startswith("above-non-private")]
+    stale = explained + [{"kind": "collapsed", "task": "adult", "method": "dpsgd", "track": "none", "epsilons": "all",
+                          "reason": "nothing like it"},
+                         {"kind": "above-non-private", "task": "digits", "method": "dpsgd", "track": "validation",
+                          "epsilons": [1], "reason": "a test of the check"}]
+    (tmp_path / "exceptions.json").write_text(json.dumps(stale))
+    assert main(["leaderboard", "--check", "--records", str(records)]) == 1
+    assert [line[:15] for line in capsys.readouterr().out.splitlines()] == ["stale exception"]
+    (tmp_path / "exceptions.json").write_text(json.dumps(stale[:2] + stale[3:]))
+    assert main(["leaderboard", "--check", "--records", str(records)]) == 0
+    (tmp_path / "exceptions.json").write_text(json.dumps([{**stale[0], "reason": " "}]))
+    assert main(["leaderboard", "--check", "--records", str(records)]) == 2  # no reason: refused

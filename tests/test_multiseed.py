@@ -48,7 +48,7 @@ def test_batched_seeds_equal_separate_runs(task_name, method_name, overrides):
     batched = [seeded_run(task_name, method_name, seed, sigma, epochs, **overrides) for seed in seeds]
     data = batched[0][2]
     multiseed.train([m for m, _, _ in batched], IndexedTensors(data.x_train, data.y_train),
-                    [s for _, s, _ in batched], epochs)
+                    [s for _, s, _ in batched], [epochs] * len(seeds))
     for (one, _, _), (many, _, _) in zip(alone, batched):
         assert (many.releases, many.steps) == (one.releases, one.steps)
         for p, q in zip(one.params(), many.params()):
@@ -75,7 +75,7 @@ def test_methods_that_move_parameters_before_their_release_are_refused():
     module = PrivateTraining(task, LookAhead, hp, 1.0, 64, 0)
     sampler = PoissonSampler(data.n_train, 64 / data.n_train, 3, 1, 0)
     with pytest.raises(multiseed.NotBatchable, match="changes the parameters before its release"):
-        multiseed.train([module], IndexedTensors(data.x_train, data.y_train), [sampler], 1)
+        multiseed.train([module], IndexedTensors(data.x_train, data.y_train), [sampler], [1])
 
 
 def module_for(method_name, model=None):
@@ -91,13 +91,35 @@ def module_for(method_name, model=None):
 @pytest.mark.parametrize("method_name, model, message", [
     ("ada_dp", None, "one release per step"),
     ("adaclip", None, "per-example transforms"),
-    ("nonprivate", None, "private method"),
     ("dpsgd", torch.nn.Sequential(torch.nn.Linear(64, 8), torch.nn.ReLU(), torch.nn.Linear(8, 10)), "not a single"),
 ])
-def test_only_linear_models_and_plain_private_methods_are_batched(method_name, model, message):
+def test_only_linear_models_and_plain_methods_are_batched(method_name, model, message):
     with pytest.raises(multiseed.NotBatchable, match=message):
         multiseed.check_batchable(module_for(method_name, model))
     multiseed.check_batchable(module_for("dpsgd"))
+    multiseed.check_batchable(module_for("nonprivate"))
+
+
+@pytest.mark.parametrize("method_name", ["dpsgd", "dpadam_bc", "nonprivate"])
+def test_runs_with_other_hyperparameters_and_schedules_batch_like_separate_runs(method_name):
+    """Tuning trials: other learning rates, clip norms, epochs and batch sizes (other sampling rates and steps per
+    epoch) in one lockstep batch, the shorter runs dropping out; the records equal separate runs'."""
+    scale = 0.01 if method_name == "dpadam_bc" else 1.0  # Adam's steps are not the gradient's size
+    trials = [{"lr": 0.5 * scale, "epochs": 2, "batch_size": 64}, {"lr": 0.05 * scale, "epochs": 4, "batch_size": 256},
+              {"lr": 2.0 * scale, "epochs": 1, "batch_size": 128}]
+    if method_name != "nonprivate":
+        for trial, clip in zip(trials, (0.3, 1.0, 3.0)):
+            trial["clip"] = clip
+    specs = [RunSpec(method=method_name, task="digits", epsilon=2.0 if method_name != "nonprivate" else None,
+                     seed=seed, overrides=trial, progress_bar=False, no_wandb=True)
+             for seed, trial in enumerate(trials)]
+    batched = multiseed.run_batch(specs)
+    for spec, record in zip(specs, batched):
+        alone = run(replace(spec, append_to_store=False))
+        for key in ("epsilon", "noise_multiplier", "sample_rate", "steps", "gradient_evaluations", "hyperparameters"):
+            assert record[key] == alone[key], key
+        assert record["metrics"]["test_loss"] == pytest.approx(alone["metrics"]["test_loss"], rel=1e-3)
+        assert record["clipping"] == "multiseed" and record["batched_seeds"] == 3
 
 
 def test_run_seeds_gives_the_records_of_separate_runs():
@@ -112,59 +134,6 @@ def test_run_seeds_gives_the_records_of_separate_runs():
         assert record["metrics"]["test_accuracy"] == pytest.approx(alone["metrics"]["test_accuracy"], abs=1.5 / 360)
         assert record["batched_seeds"] == 2 and "batched_seeds" not in alone
     assert len(store.load()) == 4
-
-
-def test_sweep_batches_the_seeds_it_can_and_resumes(capsys):
-    from dpbench.sweep import run_grid
-
-    grid = {"tasks": ["breast_cancer"], "methods": ["dpsgd", "ada_dp", "amp"], "epsilons": [1.0], "seeds": 2}
-    assert run_grid(grid) == {"ran": 6, "already stored": 0, "refused": 0}
-    records = store.load()
-    batched = {r["method"]: r.get("batched_seeds") for r in records}
-    assert batched == {"dpsgd": 2, "ada_dp": None, "amp": None}
-    assert sorted((r["method"], r["seed"]) for r in records) == sorted(
-        (m, s) for m in grid["methods"] for s in (0, 1))
-    assert run_grid(grid) == {"ran": 0, "already stored": 6, "refused": 0}
-
-
-def test_sweep_reruns_a_cell_whose_stored_records_ran_other_settings_code_or_ledger():
-    """The sweep counted any stored run of the same (task, method, ε, seed) as done, whatever its ledger version,
-    data, δ, hyperparameters or code: records made before a privacy fix would have been reused silently."""
-    from dpbench.sweep import run_grid
-
-    grid = {"tasks": ["breast_cancer"], "methods": ["dpsgd", "output_perturbation"], "epsilons": [1.0], "seeds": 1}
-    assert run_grid(grid) == {"ran": 2, "already stored": 0, "refused": 0}
-    fresh = store.load()
-    for change in [{"ledger_version": 1}, {"delta": 1e-9}, {"data_id": "breast_cancer-v0"},
-                   {"hyperparameters": {"lr": 123.0}}, {"code": {"method": {"sha256": "0" * 64}}}]:
-        store.default_path().unlink()
-        for record in fresh:
-            stale = {**record, **change}
-            stale["run_id"] = store.content_id(stale)
-            store.append(stale)
-        assert run_grid(grid) == {"ran": 2, "already stored": 0, "refused": 0}, change
-    assert run_grid(grid) == {"ran": 0, "already stored": 2, "refused": 0}
-
-
-def test_sweep_starts_the_full_data_methods_and_splits_the_unbatched_ones_by_seed():
-    from dpbench.sweep import jobs
-
-    cells = [(("adult", "dpsgd", 1.0), [0, 1]), (("adult", "amp", 1.0), [0, 1]), (("adult", "dpgd", 1.0), [0, 1]),
-             (("digits", "output_perturbation", 2.0), [3])]
-    assert jobs(cells, METHODS) == [(("adult", "amp", 1.0), [0]), (("adult", "amp", 1.0), [1]),
-                                    (("digits", "output_perturbation", 2.0), [3]), (("adult", "dpgd", 1.0), [0, 1]),
-                                    (("adult", "dpsgd", 1.0), [0, 1])]
-
-
-def test_sweep_workers_give_the_records_of_one_process(isolated_home, monkeypatch):
-    from dpbench.sweep import run_grid
-
-    grid = {"tasks": ["breast_cancer"], "methods": ["dpsgd", "amp", "ada_dp"], "epsilons": [1.0, 2.0], "seeds": 2}
-    assert run_grid(grid, workers=2) == {"ran": 12, "already stored": 0, "refused": 0}
-    parallel = {(r["method"], r["epsilon_target"], r["seed"]): r["metrics"] for r in store.load()}
-    monkeypatch.setenv("DPBENCH_HOME", str(isolated_home.parent / "one-process"))
-    assert run_grid(grid) == {"ran": 12, "already stored": 0, "refused": 0}
-    assert {(r["method"], r["epsilon_target"], r["seed"]): r["metrics"] for r in store.load()} == parallel
 
 
 def test_tasks_with_augmentation_are_not_batched():

@@ -1,0 +1,101 @@
+"""The leaderboard's ``validation`` track: every method tuned alike, selected on held-out training data.
+
+For one cell (task, method, ε): ``trials`` configurations (16 on the board) are drawn from the method's
+``search_space`` plus the task's ``search_lists`` (epochs and batch size for minibatch methods, full-batch steps for
+full-batch ones; the same lists for every method of a task). Each trial trains at the cell's ε on the training part
+of a fixed split of the *training* data (10% held out by coins from stream ``validation-split`` of the track seed)
+and is scored by its exact accuracy on the held-out part; the test set is never looked at. The best configuration
+(ties: the first drawn) is then trained on the whole training set with each of the cell's seeds and evaluated on
+the test set. Every run's ε is accounted as always; the selection is not charged (the papers' protocol, made
+equal for every method), and each record's ``tuning`` says so. Trials that share a schedule train as one batched
+computation where :mod:`dpbench.multiseed` applies, with the records of separate runs.
+
+A trial the method refuses (e.g. output perturbation's convex bound with a learning rate above 2/β) is charged
+nothing, never wins, and counts as one of the ``trials``: the budget is the same for every method.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from dpbench import engine, multiseed, search, streams
+from dpbench.engine import RunSpec, UsageError
+from dpbench.method import Method, ReleaseMethod
+from dpbench.task import Task
+from dpbench.tuning_privacy import ValidationSplit
+
+NOT_CHARGED = "exact accuracy on held-out training data; the selection is not charged to ε"
+
+
+@dataclass(frozen=True)
+class TrackSettings:
+    trials: int = 16
+    fraction: float = 0.1  # of the training data held out for selection
+    seed: int = 0  # the split, the draws of the configurations and the trials' seeds
+
+
+def search_space(method: type[Method], task: type[Task]) -> dict[str, dict[str, Any]]:
+    """The method's own search space plus the task's shared lists (see the module docstring)."""
+    space = dict(method.search_space)
+    lists = task.search_lists
+    if method.full_batch:
+        keys = {"epochs": "steps"}
+    elif issubclass(method, ReleaseMethod) and "epochs" not in method.defaults:
+        keys = {}  # objective perturbation: no epochs, no batches
+    else:
+        keys = {"epochs": "epochs", "batch_size": "batch_size"}
+    for name, list_name in keys.items():
+        if list_name in lists:
+            space[name] = {"type": "categorical", "choices": list(lists[list_name])}
+    return space
+
+
+def run_cell(task: str, method: str, epsilon: float | None, seeds: list[int], settings: TrackSettings = TrackSettings(),
+             neighbouring: str | None = None, plugins: list[str] | None = None,
+             on_done: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+    """The validation track of one cell: its trials, then the selected configuration with every seed (stored)."""
+    plugins = plugins or []
+    method_class, task_class = engine.registered(method, task, plugins)
+    space = search_space(method_class, task_class)
+    drawn = search.draws(space, settings.trials, settings.seed, "validation-search") if space else [{}]
+    config = {"mode": "validation", "trials": settings.trials if space else 0, "search_space": space,
+              "validation_fraction": settings.fraction, "seed": settings.seed}
+    common = dict(method=method, task=task, epsilon=epsilon, neighbouring=neighbouring, plugins=plugins,
+                  progress_bar=False, no_wandb=True)
+    selected: dict[str, Any] = {}
+    score = None
+    if space:
+        split = ValidationSplit(settings.fraction, settings.seed, 0.0, 0, purpose="validation-split")
+        trials = [RunSpec(**common, seed=streams.child_seed(settings.seed, "validation-trial", index),
+                          overrides=params, validation=split, append_to_store=False)
+                  for index, params in enumerate(drawn)]
+        scored = [(-math.inf if record is None else record["validation"]["accuracy"], -index, index)
+                  for index, record in enumerate(multiseed.run_many(trials, on_done))]
+        best = max(scored)
+        if best[0] == -math.inf:
+            raise UsageError(f"every one of the {settings.trials} trials of {method} on {task} was refused")
+        selected, score = drawn[best[2]], best[0]
+    tuning = {"mode": "validation", "private": False, "selected_by": NOT_CHARGED, "selected_params": selected,
+              "selected_score": score, "config": config}
+    finals = [RunSpec(**common, seed=seed, overrides=selected, tuning=tuning) for seed in seeds]
+    records = multiseed.run_many(finals)
+    if on_done:
+        on_done(len(seeds))
+    if any(record is None for record in records):
+        raise UsageError(f"{method} on {task} refused its selected configuration {selected}")
+    return records
+
+
+def describe(task: str, method: str, epsilon: float | None, settings: TrackSettings = TrackSettings(),
+             neighbouring: str | None = None, plugins: list[str] | None = None) -> str:
+    """The :func:`dpbench.engine.identity` the cell's records would have, without running anything."""
+    plugins = plugins or []
+    method_class, task_class = engine.registered(method, task, plugins)
+    space = search_space(method_class, task_class)
+    config = {"mode": "validation", "trials": settings.trials if space else 0, "search_space": space,
+              "validation_fraction": settings.fraction, "seed": settings.seed}
+    spec = RunSpec(method=method, task=task, epsilon=epsilon, neighbouring=neighbouring, plugins=plugins,
+                   tuning={"config": config})
+    planned = engine.describe_record(spec)
+    return engine.identity({**planned, "tuning": {"config": config}})
