@@ -1,6 +1,6 @@
-"""The ``dpbench`` command: ``run``, ``tune``, ``list``, ``privacy``, ``sweep``, ``leaderboard``, ``audit``,
-``verify``, ``runs``, ``show``. Bad input: one line on stderr, exit 2; a tuning study that cannot release anything:
-one line, exit 1."""
+"""The ``dpbench`` command: ``run``, ``tune``, ``federated``, ``list``, ``privacy``, ``sweep``, ``leaderboard``,
+``audit``, ``verify``, ``runs``, ``show``. Bad input: one line on stderr, exit 2; a tuning study that cannot release
+anything: one line, exit 1."""
 from __future__ import annotations
 
 import argparse
@@ -165,6 +165,7 @@ def _parser() -> argparse.ArgumentParser:
     board.add_argument("--exceptions", metavar="FILE.json",
                        help="explained exceptions for --check (default: exceptions.json beside --records)")
     _add_audit_parsers(commands)
+    _federated_parser(commands)
     return parser
 
 
@@ -225,6 +226,49 @@ def _verify(args: argparse.Namespace) -> int:
     print(f"{count} records, {len(problems)} mismatches" + (f", {args.rerun} reruns asked" if args.rerun else ""),
           file=sys.stderr)
     return 1 if problems else 0
+
+
+def _federated_parser(commands) -> None:
+    """``dpbench federated``: FedAvg with ADADP, SGD or Adam clients on the paper's CIFAR-10 split
+    (:mod:`dpbench.federated`). Values are checked there, so that bad input gets one line."""
+    fed = commands.add_parser("federated", help="federated averaging with adaptive (ADADP), SGD or Adam clients")
+    fed.add_argument("--client-method", required=True, help="ada_dp, sgd or adam")
+    fed.add_argument("--task", default="cifar10")
+    fed.add_argument("--random-fraction", required=True,
+                     help="share of the data assigned at random, e.g. 0, 1/3, 2/3, 1 (0: the pathological split)")
+    fed.add_argument("--rounds", type=int, help="communication rounds (paper: 200)")
+    fed.add_argument("--profile", help="paper (the seed paper's setting, the default) or smoke (seconds)")
+    fed.add_argument("--seed", type=int, default=0)
+    fed.add_argument("--lr", type=float, help="the clients' (initial) learning rate")
+    fed.add_argument("--batch-size", type=int, help="|B| (paper: 10)")
+    fed.add_argument("--client-size", type=int, help="images per client (default: all the task's split holds)")
+    fed.add_argument("--client-state", help="keep (default) or reset the clients' optimizer state every round")
+    fed.add_argument("--set", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                     help="another hyperparameter of the client method (tol, alpha_min, alpha_max, beta1, ...)")
+    fed.add_argument("--json", action="store_true", help="print the record as one JSON object")
+    fed.add_argument("--wandb-project")
+    fed.add_argument("--wandb-entity")
+    fed.add_argument("--no-wandb", action="store_true")
+
+
+def _federated(args: argparse.Namespace) -> dict[str, Any]:
+    from dpbench import federated
+
+    spec = federated.FederatedSpec(
+        client_method=args.client_method, random_fraction=args.random_fraction, task=args.task, rounds=args.rounds,
+        batch_size=args.batch_size, client_size=args.client_size, client_state=args.client_state, lr=args.lr,
+        overrides=dict(args.set), profile=args.profile, seed=args.seed, wandb_project=args.wandb_project,
+        wandb_entity=args.wandb_entity, no_wandb=args.no_wandb)
+    return federated.run(spec)
+
+
+def _federated_summary(record: dict[str, Any]) -> str:
+    settings, hp = record["settings"], ", ".join(f"{k}={v:g}" for k, v in record["hyperparameters"].items())
+    return (f"fedavg with {record['client_method']} clients ({hp}) on {record['task']} (data {record['data_id']}, "
+            f"seed {record['seed']})\n  {settings['clients']} clients x {settings['client_size']} images, "
+            f"{settings['random_fraction']:.4g} assigned at random; {settings['rounds']} rounds of "
+            f"{settings['local_steps']} local steps (|B| = {settings['batch_size']}) in {record['train_seconds']:.1f} s"
+            f"\n  final test accuracy {record['metrics']['test_accuracy']:.4f}\n  run {record['run_id']}")
 
 
 def _privacy(args: argparse.Namespace) -> dict[str, Any]:
@@ -321,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"dpbench: {len(problems)} unexplained problem(s)" if problems else "dpbench: the board passes its "
                   "checks", file=sys.stderr)
             return 1 if problems else 0
+        elif args.command == "federated":
+            record = _federated(args)
+            print(json.dumps(record) if args.json else _federated_summary(record))
         elif args.command == "leaderboard":
             leaderboard.write(args.format, args.task, args.out, args.from_wandb, args.records)
         elif args.command == "tune":

@@ -74,8 +74,8 @@ def append(record: dict[str, Any], path: Path | None = None) -> None:
 
 def load(path: Path | None = None, kind: str | None = "run", **where: str) -> list[dict[str, Any]]:
     """All stored records of ``kind`` (``"run"``, the default: training runs; ``"audit"``: the records of
-    ``dpbench.audit``, whose ``kind`` field says so; None: every record), optionally filtered by equality on
-    ``task``, ``method`` or ``data_id``."""
+    ``dpbench.audit``; ``"federated"``: ``dpbench federated``'s; None: every record), optionally filtered by
+    equality on ``task``, ``method`` or ``data_id``."""
     unknown = set(where) - {"task", "method", "data_id"}
     if unknown:
         raise ValueError(f"cannot filter runs by {sorted(unknown)}")

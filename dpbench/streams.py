@@ -35,6 +35,8 @@ PURPOSES = {
     "tuning-search": "a trial's hyperparameter draw (index: trial number)",
     "score-noise": "the noise on a trial's validation count (index: trial number)",
     "validation-split": "the validation track's held-out part of the training data",
+    "federated-split": "which images a federated run assigns at random to which client (dpbench.federated)",
+    "client-batches": "a federated run's local batches: every client's permutation of its data (index: round)",
     "validation-search": "the validation track's draws of configurations",
     "validation-trial": "a validation-track trial's run seed (index: trial number)",
     "audit-inclusion": "the audit's coin per canary: in the training data with probability 1/2 (dpbench.audit)",
