@@ -134,7 +134,60 @@ def _parser() -> argparse.ArgumentParser:
                        help="list what is wrong with the board (exit 1 if anything is not explained)")
     board.add_argument("--exceptions", metavar="FILE.json",
                        help="explained exceptions for --check (default: exceptions.json beside --records)")
+    _add_audit_parsers(commands)
     return parser
+
+
+def _add_audit_parsers(commands) -> None:
+    """``dpbench audit`` (dpbench/audit.py) and ``dpbench verify`` (dpbench/verify.py)."""
+    from dpbench import audit
+
+    auditing = commands.add_parser("audit", help="one-run privacy audit (Steinke et al. 2023): an ε lower bound")
+    auditing.add_argument("--method", required=True)
+    auditing.add_argument("--task", required=True)
+    auditing.add_argument("--epsilon", type=float, help="target ε of the audited run (default: the task's)")
+    auditing.add_argument("--delta", type=float)
+    auditing.add_argument("--seed", type=int, default=0, help="draws the run and the canaries")
+    auditing.add_argument("--canaries", type=int, default=1000, help="m, each in the data with probability 1/2")
+    auditing.add_argument("--threat-model", choices=audit.THREAT_MODELS, default="white-box",
+                          help="white-box: the parameters after every step; black-box: the final model")
+    auditing.add_argument("--epochs", type=_positive_int)
+    auditing.add_argument("--batch-size", type=_positive_int)
+    auditing.add_argument("--lr", type=float)
+    auditing.add_argument("--set", type=_key_value, action="append", default=[], metavar="KEY=VALUE")
+    auditing.add_argument("--plugins", action="append", default=[], metavar="DIR")
+    auditing.add_argument("--json", action="store_true", help="print the audit record as one JSON object")
+
+    verifying = commands.add_parser("verify", help="recompute every record's ε and content hash; rerun some")
+    verifying.add_argument("file", help="a JSON-lines file of records (e.g. leaderboards/results.jsonl)")
+    verifying.add_argument("--rerun", type=int, default=0, metavar="K", help="train K random records again")
+    verifying.add_argument("--seed", type=int, default=0, help="which records --rerun draws")
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from dpbench import audit
+
+    overrides = {key: value for key, value in [("epochs", args.epochs), ("batch_size", args.batch_size),
+                                               ("lr", args.lr)] if value is not None}
+    overrides.update(args.set)
+    record = audit.audit(audit.AuditSpec(
+        method=args.method, task=args.task, epsilon=args.epsilon, delta=args.delta, seed=args.seed,
+        canaries=args.canaries, threat_model=args.threat_model, overrides=overrides, plugins=args.plugins))
+    print(json.dumps(record) if args.json else audit.summary(record))
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from dpbench import verify
+
+    if args.rerun < 0:
+        raise UsageError(f"--rerun must be at least 0, got {args.rerun}")
+    count, problems = verify.verify(args.file, args.rerun, args.seed)
+    for problem in problems:
+        print(problem)
+    print(f"{count} records, {len(problems)} mismatches" + (f", {args.rerun} reruns asked" if args.rerun else ""),
+          file=sys.stderr)
+    return 1 if problems else 0
 
 
 def _privacy(args: argparse.Namespace) -> dict[str, Any]:
@@ -240,6 +293,10 @@ def main(argv: list[str] | None = None) -> int:
                 no_wandb=args.no_wandb)
             record = tuning.tune(spec)
             print(json.dumps(record) if args.json else _tune_summary(record))
+        elif args.command == "audit":
+            return _audit(args)
+        elif args.command == "verify":
+            return _verify(args)
         elif args.command == "list":
             folders = registry.plugin_dirs(args.plugins)
             found = registry.methods(folders) if args.what == "methods" else registry.tasks(folders)

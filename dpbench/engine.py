@@ -27,7 +27,7 @@ from dpbench.ghost import make_clipper
 from dpbench.method import GradientMechanism, Method, ReleaseMethod
 from dpbench.noise import GAUSSIAN_SAMPLERS as NOISE, GaussianNoise
 from dpbench.privacy import (ACCOUNTANTS, SAMPLERS, GaussianReleases, calibrate_noise_multiplier, check_relation,
-                             default_relation)
+                             default_relation, event_fields, logged_epsilon)
 from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
 from dpbench.task import Task, TaskData
 
@@ -248,7 +248,7 @@ class PrivateTraining(pl.LightningModule):
 
     def on_train_epoch_end(self):
         if self.epsilon_so_far is not None:
-            self.log_dict({"privacy/epsilon_spent": self.epsilon_so_far(self.releases),
+            self.log_dict({"privacy/epsilon_spent_rdp": self.epsilon_so_far(self.releases),
                            "privacy/gradient_evaluations": float(self.releases), "privacy/steps": float(self.steps)})
 
     def collect_test_metrics(self) -> dict[str, float]:
@@ -366,10 +366,12 @@ def describe(spec: RunSpec) -> str:
     return identity(describe_record(spec))
 
 
-def plan(spec: RunSpec, calibrate: bool = True) -> PlannedRun:
+def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = None) -> PlannedRun:
     """Check ``spec``, load the data, build the model under the seed, choose the sampler and calibrate σ (not with
-    ``calibrate=False``: then the record's noise multiplier is None)."""
-    method, task_class = registered(spec.method, spec.task, spec.plugins)
+    ``calibrate=False``: then the record's noise multiplier is None). ``task_class``: train this subclass of the
+    registered task instead (``dpbench.audit``'s task with canaries)."""
+    method, registered_task = registered(spec.method, spec.task, spec.plugins)
+    task_class = task_class or registered_task
     if issubclass(method, ReleaseMethod):
         raise UsageError(f"{method.name} releases through dpbench.release, not by gradient steps")
     profiled = profile_settings(task_class, method.name, spec.profile)
@@ -378,6 +380,8 @@ def plan(spec: RunSpec, calibrate: bool = True) -> PlannedRun:
         spec = replace(spec, epsilon=budget.get("epsilon"), noise_multiplier=budget.get("noise_multiplier"))
     if spec.delta is None and "delta" in budget:
         spec = replace(spec, delta=budget["delta"])
+    if spec.neighbouring is None and "neighbouring" in profiled:
+        spec = replace(spec, neighbouring=profiled["neighbouring"])
     _check_budget(spec, method)
     if spec.clipping not in CLIPPING:
         raise UsageError(f"unknown clipping {spec.clipping!r}; choose one of {', '.join(CLIPPING)}")
@@ -469,6 +473,7 @@ def plan(spec: RunSpec, calibrate: bool = True) -> PlannedRun:
         "accountant": spec.accountant if method.private else None,
         "sampler": sampler_name,
         "data_releases": [release.description for release in data.private_releases],
+        "data_release_events": [event_fields(release.event) for release in data.private_releases],
     }
     return PlannedRun(spec, method, task, data, hp, sampler, steps_per_epoch, delta, data_releases, record, held_out)
 
@@ -512,25 +517,27 @@ def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, w
     return record
 
 
-def run(spec: RunSpec) -> dict[str, Any]:
-    """Train one model as ``spec`` says, append its record to the results store and return it."""
-    method, task_class = registered(spec.method, spec.task, spec.plugins)
+def run(spec: RunSpec, task_class: type[Task] | None = None,
+        callbacks: tuple[pl.Callback, ...] = ()) -> dict[str, Any]:
+    """Train one model as ``spec`` says, append its record to the results store and return it. ``task_class`` (see
+    :func:`plan`) and ``callbacks`` (Lightning callbacks that watch the training) are for ``dpbench.audit``."""
+    method, registered_task = registered(spec.method, spec.task, spec.plugins)
     if issubclass(method, ReleaseMethod):  # output/objective perturbation: noise and accounting in dpbench.release
         from dpbench import release  # imported here: dpbench.release builds on this module
 
-        return release.run(spec, method, task_class)
-    planned = plan(spec)
+        return release.run(spec, method, registered_task)
+    planned = plan(spec, task_class=task_class)
     spec, data, hp = planned.spec, planned.data, planned.hp
     wandb = tracking.wandb_settings(spec.wandb_project, spec.wandb_entity, spec.no_wandb)
     logger = tracking.make_logger(wandb, planned.record) if wandb else False
-    epsilon_so_far = ((lambda count: planned.releases_charged(count).epsilon(planned.delta, spec.accountant))
+    epsilon_so_far = ((lambda count: logged_epsilon(planned.releases_charged(count), planned.delta))
                       if method.private and logger else None)
     module = planned.module(epsilon_so_far)
     train_loader = DataLoader(IndexedTensors(data.x_train, data.y_train), batch_sampler=planned.sampler,
                               collate_fn=list)
     # In-memory test set in slices of 4096, no per-example collation.
     test_loader = DataLoader(list(zip(data.x_test.split(4096), data.y_test.split(4096))), batch_size=None)
-    callbacks = []
+    callbacks = list(callbacks)
     if spec.checkpoint_dir:
         callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=spec.checkpoint_dir, save_last=True))
     trainer = pl.Trainer(
@@ -540,6 +547,9 @@ def run(spec: RunSpec) -> dict[str, Any]:
         use_distributed_sampler=False, deterministic=True, default_root_dir=spec.checkpoint_dir,
         log_every_n_steps=1,  # only per-epoch values are logged
     )
+    if logger:
+        with contextlib.redirect_stdout(sys.stderr):
+            logger.experiment  # W&B starts here, outside the timed training (it took ~2 s)
     started = time.perf_counter()
     try:
         with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():  # stdout is for results

@@ -371,7 +371,12 @@ def make_clipper(model: nn.Module, transform: Transform | None = None) -> PerExa
     """The fast clipper where every layer has a rule for ``transform``, else the reference, with a warning."""
     missing = unsupported_layers(model)
     if transform is not None and not isinstance(transform, CoordinateAffine):
-        return VmapClipper()  # an arbitrary transform of per-example gradients needs them materialized
+        # an arbitrary transform of per-example gradients needs them materialized: say so (it is much slower)
+        warnings.warn(f"the method's per_example_transform ({type(transform).__qualname__}) is not a "
+                      f"dpbench.clipping.CoordinateAffine, so every per-example gradient is materialized (the vmap "
+                      f"reference path); express a coordinate-wise (g − shift)/scale as a CoordinateAffine to keep the "
+                      f"fast path")
+        return VmapClipper()
     if isinstance(transform, CoordinateAffine):
         missing += [f"{name or 'model'} ({type(module).__name__})" for name, module in model.named_modules()
                     if isinstance(module, (nn.Conv2d, nn.Embedding))

@@ -21,11 +21,12 @@ FORMATS = ("md", "html", "csv", "jsonl")
 
 
 def render(records: list[dict[str, Any]], fmt: str, task: str | None = None) -> str:
+    """The board of ``records`` (training runs, and audit records, which mark external plugins) in ``fmt``."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "jsonl":  # the records the tables are built from, one per line
         return "".join(json.dumps(record, sort_keys=True) + "\n" for record in records)
-    tables = build_tables(records)
+    tables = _tables(records)
     if fmt == "csv":
         return to_csv(tables)
     unmatched = unmatched_published(tables, task)
@@ -35,6 +36,13 @@ def render(records: list[dict[str, Any]], fmt: str, task: str | None = None) -> 
     from dpbench.leaderboard_html import to_html  # matplotlib: only the page needs it
 
     return to_html(tables, unmatched, registry.methods())
+
+
+def _tables(records: list[dict[str, Any]]):
+    from dpbench.audit import audit_status
+
+    runs = [record for record in records if record.get("kind", "run") == "run"]
+    return build_tables(runs, audits=audit_status(records))
 
 
 def read_records(path: str) -> list[dict[str, Any]]:
@@ -51,8 +59,10 @@ def read_records(path: str) -> list[dict[str, Any]]:
             record = json.loads(line)
         except ValueError as error:
             raise UsageError(f"{path}:{number}: not a JSON record: {error}") from None
-        required = {"run_id", "task", "method", "data_id", "private", "seed", "metrics", "sampler", "accountant"}
-        if not isinstance(record, dict) or not required <= set(record) or not isinstance(record["metrics"], dict):
+        required = ({"run_id", "task", "method", "data_id", "private", "seed", "metrics", "sampler", "accountant"}
+                    if isinstance(record, dict) and record.get("kind", "run") == "run" else {"run_id", "kind"})
+        if not isinstance(record, dict) or not required <= set(record) or not isinstance(record.get("metrics", {}),
+                                                                                        dict):
             raise UsageError(f"{path}:{number}: a record needs at least {', '.join(sorted(required))}")
         records.append(record)
     return records
@@ -66,7 +76,8 @@ def load(task: str | None, wandb_path: str | None, records_path: str | None) -> 
         records = list({record["run_id"]: record for record in tracking.records_from_wandb(wandb_path)}.values())
         source = f"W&B project {wandb_path}"
     else:
-        records, source = store.load(), str(store.default_path())
+        records, source = store.load(kind=None), str(store.default_path())
+    records = [r for r in records if r.get("kind", "run") in ("run", "audit")]
     records = [r for r in records if task is None or r.get("task") == task]
     current = [r for r in records if r.get("ledger_version") == LEDGER_VERSION]
     if len(current) < len(records):
@@ -98,4 +109,4 @@ def run_check(task: str | None = None, wandb_path: str | None = None, records_pa
         beside = Path(records_path).with_name("exceptions.json")
         exceptions_path = str(beside) if beside.exists() else None
     exceptions = load_exceptions(Path(exceptions_path)) if exceptions_path else []
-    return check(build_tables(load(task, wandb_path, records_path)), exceptions)
+    return check(_tables(load(task, wandb_path, records_path)), exceptions)

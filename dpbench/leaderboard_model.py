@@ -20,6 +20,8 @@ How runs are grouped, so that no cell mixes runs that are not comparable:
   rank in its track is by its mean rank over the columns it has.
 * A cell whose mean accuracy is within max(0.002, 2 standard errors) of the test set's majority-class rate is
   *collapsed* (the model predicts one class): flagged, never hidden.
+* A row of an external plugin says so, and whether a white-box audit of the same code passed on the task
+  (``dpbench audit``): "unaudited" unless it did, "audit failed" if any audit of it failed.
 * The seed papers' published figures (:mod:`dpbench.published`) are rows of their own, never averaged with
   measurements and never ranked.
 """
@@ -209,6 +211,8 @@ class Table:
     neighbouring: str | None = None  # of every private run in the table: ε under other relations is not comparable
     cells: dict[tuple[Row, Column], Cell] = field(default_factory=dict)
     published: list[PublishedResult] = field(default_factory=list)
+    #: {(method code sha256, task): "passed" | "failed"} from audit records (``dpbench.audit.audit_status``)
+    audits: dict[tuple[str, str], str] = field(default_factory=dict)
 
     @property
     def direction(self) -> str | None:
@@ -289,7 +293,9 @@ class Table:
                 shown = [f"{key}={setting.get(key, '—')}" for key in differing]
                 if len(codes) > 1:  # the same method name, different code (an edited plugin)
                     shown.append(f"code {row.code[:8]}")
-                name = f"{row.method} [external plugin]" if row.external else row.method
+                audit = self.audits.get((row.code, self.task), "unaudited")
+                name = f"{row.method} [external plugin, {'audit ' if audit != 'unaudited' else ''}{audit}]" \
+                    if row.external else row.method
                 labels[row] = f"{name} ({', '.join(shown)})" if shown else name
         return labels
 
@@ -321,8 +327,10 @@ def published_column(entry: PublishedResult) -> Column:
     return Column(_round_significant(entry.epsilon, 10), "target")
 
 
-def build_tables(records: list[dict[str, Any]], published: list[PublishedResult] = PUBLISHED) -> list[Table]:
-    """Group records into tables (see the module docstring) and attach the published figures of their tasks."""
+def build_tables(records: list[dict[str, Any]], published: list[PublishedResult] = PUBLISHED,
+                 audits: dict[tuple[str, str], str] | None = None) -> list[Table]:
+    """Group records into tables (see the module docstring) and attach the published figures of their tasks and
+    the audits of external plugins."""
     private: dict[tuple, Table] = {}
     nonprivate: dict[tuple[str, str, str], dict[tuple[Row, Column], Cell]] = defaultdict(dict)
     for record in records:
@@ -347,6 +355,7 @@ def build_tables(records: list[dict[str, Any]], published: list[PublishedResult]
             table.cells.update(cells)  # the same Cell objects: one group, shown in several tables
     for table in tables:
         table.published = [entry for entry in published if (entry.task, entry.metric) == (table.task, table.metric)]
+        table.audits = audits or {}
     return sorted(tables, key=lambda t: (t.task, t.data_id, t.metric, t.delta is None, t.delta or 0.0,
                                          t.neighbouring or ""))
 

@@ -63,8 +63,20 @@ class Method:
     ``search_space``: what ``dpbench tune`` searches (``dpbench/tuning.py``), a JSON-able dict from hyperparameter
     name to ``{"type": "float", "low": a, "high": b, "log": true}``, ``{"type": "int", "low": a, "high": b}`` or
     ``{"type": "categorical", "choices": [...]}``; ``dpbench tune --search-space FILE`` replaces it. The
-    hyperparameters outside it keep their resolved values (task defaults, ``--set``). (Output/objective
-    perturbation methods keep their benchmark's grids here, a list of grids; ``dpbench tune`` does not tune them.)
+    hyperparameters outside it keep their resolved values (task defaults, ``--set``). The leaderboard's validation
+    track draws every method's trials from it, plus the task's shared epochs and batch sizes.
+    ``paper``: a link shown on the leaderboard beside ``description``.
+
+    What a method sees. ``self.params``: the model's trainable parameters, in order. ``self.hp``: the method's
+    ``defaults`` merged with the engine's (``epochs``, ``batch_size`` — for a full-batch method the training set
+    size — and ``clip`` C, absent for non-private methods), the task's defaults and per-method defaults, the
+    profile and the command line; values given with ``--set`` arrive as the type of the default they replace, as
+    strings where the default is None. ``self.mechanism`` (:class:`GradientMechanism`): the noise multiplier σ
+    (0 for non-private methods), the clip C, the expected batch size B = q·n, the steps per epoch, and
+    ``mean_noise_std`` σC/B, the standard deviation of each coordinate of a release's noise.
+    Transforms: a ``per_example_transform`` that is a ``dpbench.clipping.CoordinateAffine`` keeps the fast
+    clipping path on linear and normalization layers; any other transform materializes every per-example gradient
+    (the run warns once, naming it).
     """
 
     name: ClassVar[str]

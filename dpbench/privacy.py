@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass
 
 import dp_accounting
+import numpy as np
 from dp_accounting import pld, rdp
 
 from dpbench import cache
@@ -77,6 +78,24 @@ class DataRelease:
     event: dp_accounting.DpEvent
 
 
+def event_fields(event: dp_accounting.DpEvent) -> dict:
+    """A DpEvent as JSON-able fields (class name and parameters, nested events likewise), for the record's
+    ``data_release_events``, from which ``dpbench verify`` rebuilds the event."""
+    fields = event.to_named_tuple()._asdict()
+    fields.pop("module_name")
+
+    def plain(value):
+        if hasattr(value, "_asdict"):  # a nested event
+            nested = value._asdict()
+            nested.pop("module_name")
+            return {key: plain(item) for key, item in nested.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(item) for item in value]
+        return value
+
+    return {key: plain(value) for key, value in fields.items()}
+
+
 @dataclass(frozen=True)
 class GaussianReleases:
     """A sequence of noisy gradient releases: the mechanism a training run actually ran.
@@ -123,6 +142,32 @@ def _epsilon(releases: GaussianReleases, delta: float, accountant: str) -> float
     check_relation(accountant, releases.sampler, releases.neighbouring)
     return cache.memoized("epsilon", (releases, delta, accountant), lambda: float(
         _make_accountant(accountant, releases.neighbouring).compose(releases.event()).get_epsilon(delta)))
+
+
+def rdp_curve(event: dp_accounting.DpEvent, orders: np.ndarray, neighbouring: str = "add-remove") -> np.ndarray:
+    """RDP of ``event`` at ``orders`` from dp-accounting's RDP accountant; under replace-one, from the add/remove
+    curve by the weak triangle inequality of Rényi divergence (Mironov 2017, Proposition 11): replacing z by z' is
+    removing z then adding z', so ρ_rep(α) ≤ (α − ½)/(α − 1)·ρ(2α) + ρ(2α − 1). dp-accounting has no replace-one
+    RDP of Poisson subsampling; this bound holds for any mechanism (it is looser than the PLD's exact figure)."""
+    if neighbouring == "add-remove":
+        accountant = rdp.RdpAccountant(orders=list(orders))
+        accountant.compose(event)
+        return np.asarray(accountant.rdp, dtype=np.float64)
+    doubled = np.unique(np.concatenate([2 * orders, 2 * orders - 1]))
+    curve = dict(zip(doubled, rdp_curve(event, doubled)))
+    return np.array([(a - 0.5) / (a - 1) * curve[2 * a] + curve[2 * a - 1] for a in orders])
+
+
+def logged_epsilon(releases: GaussianReleases, delta: float) -> float:
+    """ε of ``releases`` by RDP (:func:`rdp_curve`): milliseconds, not the PLD's seconds. The training log's per-epoch
+    figure (``privacy/epsilon_spent_rdp``), an upper bound looser than the PLD ε the record reports."""
+    if releases.releases == 0 and not releases.preceded_by:
+        return 0.0
+    if releases.noise_multiplier == 0:
+        return math.inf
+    orders = np.asarray(rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
+    curve = rdp_curve(releases.event(), orders, releases.neighbouring)
+    return float(rdp.compute_epsilon(orders, curve, delta)[0])
 
 
 def epsilon(sample_rate: float, noise_multiplier: float, steps: int, delta: float, accountant: str = "pld",

@@ -16,6 +16,7 @@ import inspect
 import os
 import pkgutil
 import sys
+import warnings
 from pathlib import Path
 from types import ModuleType
 
@@ -60,14 +61,39 @@ def _import_file(path: Path, modified_ns: int, size: int) -> ModuleType:
     return module
 
 
+def _plugin_files(folder: Path) -> list[ModuleType]:
+    """The plugin files of a folder, imported; a folder that is missing, or defines no method or task with a name,
+    is refused (a typo in --plugins would otherwise run silently without the plugin), and a plugin class without a
+    ``name`` is named in a warning (it is not registered)."""
+    if not folder.is_dir():
+        raise RegistryError(f"plugin folder {folder} does not exist")
+    modules = [_load_file(path) for path in sorted(folder.glob("*.py"))]
+    named = 0
+    for module in modules:
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ != module.__name__ or not issubclass(cls, (Method, Task)):
+                continue
+            if "name" in cls.__dict__:
+                named += 1
+            elif not any(getattr(sub, "__module__", None) == module.__name__ for sub in cls.__subclasses__()):
+                _warn_once(f"{module.__file__}: class {cls.__name__} has no `name`: it is not registered")
+    if not named:
+        raise RegistryError(f"plugin folder {folder} defines no method or task (a subclass of dpbench.method.Method "
+                            f"or dpbench.task.Task with a `name`)")
+    return modules
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_once(message: str) -> None:
+    warnings.warn(message, stacklevel=3)
+
+
 def _modules(package: ModuleType, group: str, plugin_dirs: list[Path]) -> list[ModuleType | type]:
     found: list[ModuleType | type] = [
         importlib.import_module(f"{package.__name__}.{info.name}") for info in pkgutil.iter_modules(package.__path__)
     ]
     for folder in plugin_dirs:
-        if not folder.is_dir():
-            raise RegistryError(f"plugin folder {folder} does not exist")
-        found += [_load_file(path) for path in sorted(folder.glob("*.py"))]
+        found += _plugin_files(folder)
     found += [entry.load() for entry in _entry_points(group, tuple(sys.path))]
     return found
 

@@ -31,13 +31,13 @@ from __future__ import annotations
 import functools
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar
 
 import torch
 
 from dpbench import records, store, streams, tracking
-from dpbench.engine import RunSpec, UsageError, apply_overrides, check_seed
+from dpbench.engine import RunSpec, UsageError, apply_overrides, check_seed, profile_settings
 from dpbench.method import ReleaseMethod
 from dpbench.privacy import GaussianReleases, calibrate_noise_multiplier
 from dpbench.task import Task
@@ -267,14 +267,18 @@ def approximate_minima_perturbation(method: ObjectivePerturbationMethod, x: torc
     return torch.stack(columns, dim=1), ledger, iterations, calibration
 
 
-def resolve_hyperparameters(method: type[ReleaseMethod], task: type[Task], overrides: dict[str, Any]):
+def resolve_hyperparameters(method: type[ReleaseMethod], task: type[Task], overrides: dict[str, Any],
+                            profile: str | None = None):
     """Method defaults < the task's defaults (its epochs and batch size, the same for every method, where the method
-    has them: output perturbation's passes and batch) < the task's defaults for this method < command line;
-    returns (hyperparameters, options)."""
+    has them: output perturbation's passes and batch) < the task's defaults for this method < the profile < command
+    line; returns (hyperparameters, options)."""
     hp = dict(method.defaults)
-    for source in (task.defaults, task.method_defaults.get(method.name, {})):
+    options = dict(task.options)
+    profiled = profile_settings(task, method.name, profile)
+    for source in (task.defaults, task.method_defaults.get(method.name, {}), profiled):
         hp.update({key: value for key, value in source.items() if key in hp})
-    return apply_overrides(hp, task, method.name, overrides)
+    options.update({key: value for key, value in profiled.items() if key in options})
+    return apply_overrides(hp, task, method.name, overrides, options)
 
 
 def _refuse_gradient_options(spec: RunSpec, method: type[ReleaseMethod]) -> None:
@@ -294,8 +298,6 @@ def _refuse_gradient_options(spec: RunSpec, method: type[ReleaseMethod]) -> None
     if spec.accountant != "pld":
         raise UsageError(f"{name} is accounted by its release mechanism (see dpbench/release.py); "
                          f"it takes no --accountant {spec.accountant}")
-    if spec.profile is not None:
-        raise UsageError(f"{name} trains linear classifiers, which have no profiles; it takes no --profile")
     if spec.checkpoint_dir:
         raise UsageError(f"{name} does not train under Lightning; it takes no --checkpoint-dir")
     if spec.accelerator != "cpu":
@@ -309,7 +311,10 @@ def _refuse_gradient_options(spec: RunSpec, method: type[ReleaseMethod]) -> None
 def _prepare(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[Task]):
     """Check ``spec`` and load the data: (method, hyperparameters, task options, task, data, δ, ε)."""
     _refuse_gradient_options(spec, method_class)
-    hp, options = resolve_hyperparameters(method_class, task_class, spec.overrides)
+    hp, options = resolve_hyperparameters(method_class, task_class, spec.overrides, spec.profile)
+    budget = profile_settings(task_class, method_class.name, spec.profile)
+    if spec.epsilon is None and spec.noise_multiplier is None and "epsilon" in budget:
+        spec = replace(spec, epsilon=budget["epsilon"])
     try:
         method = method_class(hp)
     except ValueError as error:

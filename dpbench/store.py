@@ -72,8 +72,10 @@ def append(record: dict[str, Any], path: Path | None = None) -> None:
         connection.close()
 
 
-def load(path: Path | None = None, **where: str) -> list[dict[str, Any]]:
-    """All stored records, optionally filtered by equality on ``task``, ``method`` or ``data_id``."""
+def load(path: Path | None = None, kind: str | None = "run", **where: str) -> list[dict[str, Any]]:
+    """All stored records of ``kind`` (``"run"``, the default: training runs; ``"audit"``: the records of
+    ``dpbench.audit``, whose ``kind`` field says so; None: every record), optionally filtered by equality on
+    ``task``, ``method`` or ``data_id``."""
     unknown = set(where) - {"task", "method", "data_id"}
     if unknown:
         raise ValueError(f"cannot filter runs by {sorted(unknown)}")
@@ -89,4 +91,5 @@ def load(path: Path | None = None, **where: str) -> list[dict[str, Any]]:
         ).fetchall()
     finally:
         connection.close()
-    return [json.loads(row[0]) for row in rows]
+    records = (json.loads(row[0]) for row in rows)
+    return [record for record in records if kind is None or record.get("kind", "run") == kind]

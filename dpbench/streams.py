@@ -37,6 +37,8 @@ PURPOSES = {
     "validation-split": "the validation track's held-out part of the training data",
     "validation-search": "the validation track's draws of configurations",
     "validation-trial": "a validation-track trial's run seed (index: trial number)",
+    "audit-inclusion": "the audit's coin per canary: in the training data with probability 1/2 (dpbench.audit)",
+    "audit-canaries": "the audit's canary labels (dpbench.audit)",
 }
 MAX_SEED = 2**63 - 1
 

@@ -91,6 +91,7 @@ def load_grid(path: str) -> dict[str, Any]:
 
 
 def cells(grid: dict[str, Any]) -> list[Cell]:
+    grid = {"tracks": ["none"], "trials": 16, "neighbouring": None, **grid}
     methods = registry.methods()
     found = []
     for track in grid["tracks"]:

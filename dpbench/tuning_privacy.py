@@ -51,6 +51,7 @@ from dp_accounting import rdp
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpbench import streams
+from dpbench.privacy import rdp_curve
 from dpbench.task import Task, TaskData
 
 ORDERS = np.asarray(rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
@@ -101,12 +102,6 @@ def draw_k(distribution: dict[str, Any], seed: int) -> int:
 
 # ---- a trial's mechanism and its RDP curve -----------------------------------------------------------------------
 
-def _add_remove_curve(event: dp_accounting.DpEvent, orders: np.ndarray) -> np.ndarray:
-    accountant = rdp.RdpAccountant(orders=list(orders))
-    accountant.compose(event)
-    return np.asarray(accountant.rdp, dtype=np.float64)
-
-
 @dataclass(frozen=True)
 class TrialMechanism:
     """What one trial runs. ``kind`` "gradient": ``releases`` Poisson-subsampled Gaussian gradient releases (rate q,
@@ -131,13 +126,9 @@ class TrialMechanism:
             return np.full_like(orders, np.inf)
         if self.kind == "output":
             return self.releases * orders / (2 * self.noise_multiplier**2)
-        if self.neighbouring == "add-remove":
-            return _add_remove_curve(self.event(), orders)
-        if self.sample_rate >= 1:  # the Gaussian mechanism of sensitivity 2: Gaussian(σ/2) of sensitivity 1
+        if self.neighbouring == "replace-one" and self.sample_rate >= 1:  # Gaussian of sensitivity 2, exactly
             return self.releases * orders * 2 / self.noise_multiplier**2
-        doubled = np.unique(np.concatenate([2 * orders, 2 * orders - 1]))
-        curve = dict(zip(doubled, _add_remove_curve(self.event(), doubled)))
-        return np.array([(a - 0.5) / (a - 1) * curve[2 * a] + curve[2 * a - 1] for a in orders])
+        return rdp_curve(self.event(), orders, self.neighbouring)
 
     def description(self) -> str:
         if self.kind == "output":

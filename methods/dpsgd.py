@@ -28,9 +28,10 @@ class DPSGD(Method):
                     "clip": {"type": "float", "low": 0.1, "high": 10.0, "log": True}}
 
     def setup(self):
-        if not 0 <= self.hp["halve_at"] < 1:
-            raise ValueError(f"halve_at must lie in [0, 1), got {self.hp['halve_at']}")
-        if self.hp["halve_at"] and not self.mechanism.steps_per_epoch:
+        halve_at = self.hp.get("halve_at", 0.0)  # subclasses with defaults of their own (dpgd) keep η constant
+        if not 0 <= halve_at < 1:
+            raise ValueError(f"halve_at must lie in [0, 1), got {halve_at}")
+        if halve_at and not self.mechanism.steps_per_epoch:
             raise ValueError("halve_at needs the engine's steps per epoch")
         self.velocity, self.steps_taken = None, 0
 
@@ -38,7 +39,7 @@ class DPSGD(Method):
     def step(self, release):
         gradient = release()
         lr, momentum, decay = self.hp["lr"], self.hp["momentum"], self.hp["weight_decay"]
-        halve_at = self.hp["halve_at"]
+        halve_at = self.hp.get("halve_at", 0.0)
         if halve_at and self.steps_taken >= halve_at * self.hp["epochs"] * self.mechanism.steps_per_epoch:
             lr /= 2
         self.steps_taken += 1

@@ -312,6 +312,52 @@ def test_runs_of_different_code_never_share_a_cell_and_plugins_are_marked(capsys
     add_run(0.1, method="mine", code=plugin("b" * 64), seed=1)
     text = markdown(capsys)
     rows = {line.split(" | ")[1]: line for line in text.splitlines() if " | mine " in line}
-    assert set(rows) == {"mine [external plugin] (code aaaaaaaa)", "mine [external plugin] (code bbbbbbbb)"}
-    assert "0.9" in rows["mine [external plugin] (code aaaaaaaa)"] and "0.1 (n = 1)" in rows[
-        "mine [external plugin] (code bbbbbbbb)"]
+    first, second = "mine [external plugin, unaudited] (code aaaaaaaa)", "mine [external plugin, unaudited] (code bbbbbbbb)"
+    assert set(rows) == {first, second}
+    assert "0.9" in rows[first] and "0.1 (n = 1)" in rows[second]
+    # A passing white-box audit of one version marks that version only.
+    store.append({"kind": "audit", "run_id": "audit1", "task": "digits", "method": "mine", "passed": True,
+                  "threat_model": "white-box", "ledger_version": LEDGER_VERSION, "data_id": "digits",
+                  "created_at": "2025-01-01T00:00:00+00:00", "code": plugin("a" * 64)})
+    text = markdown(capsys)
+    assert " mine [external plugin, audit passed] (code aaaaaaaa) " in text
+    assert " mine [external plugin, unaudited] (code bbbbbbbb) " in text
+
+
+def test_check_lists_every_violation_until_each_is_explained(tmp_path, capsys):
+    """--check exits 1 with one line per violation: a private cell above the tuned non-private one, a validation-
+    tuned method getting worse as ε grows, a collapsed cell; an exceptions file with reasons silences exactly those,
+    and an explanation that matches nothing is itself reported."""
+    validation = {"tuning": {"mode": "validation"}, "test_majority_rate": 0.5}
+    for seed in range(3):
+        add_run(0.80 + seed * 0.001, seed=seed, **nonprivate_fields(), **validation)
+        add_run(0.90 + seed * 0.001, seed=seed, **validation)  # above the non-private reference
+        add_run(0.70 + seed * 0.001, method="dpgd", seed=seed, epsilon_target=0.5, epsilon=0.5, **validation)
+        add_run(0.60 + seed * 0.001, method="dpgd", seed=seed, **validation)  # worse at ε = 1 than at ε = 0.5
+        add_run(0.5, method="adaclip", seed=seed, test_majority_rate=0.5)  # collapsed
+    records = tmp_path / "results.jsonl"
+    assert main(["leaderboard", "--format", "jsonl", "--out", str(records)]) == 0
+    assert main(["leaderboard", "--check", "--records", str(records)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("above-non-private: digits (add-remove) · validation · dpsgd · ε = 1") for line in lines)
+    assert any(line.startswith("decreasing: digits (add-remove) · validation · dpgd · ε = 1") for line in lines)
+    assert any(line.startswith("collapsed: digits (add-remove) · none · adaclip · ε = 1") for line in lines)
+    assert len(lines) == 3
+    explained = [{"kind": "collapsed", "task": "digits", "method": "adaclip", "track": "none", "epsilons": "all",
+                  "reason": "a test of the check"},
+                 {"kind": "decreasing", "task": "digits", "method": "dpgd", "track": "validation", "epsilons": [1],
+                  "reason": "a test of the check"}]
+    (tmp_path / "exceptions.json").write_text(json.dumps(explained))
+    assert main(["leaderboard", "--check", "--records", str(records)]) == 1
+    assert capsys.readouterr().out.splitlines() == [line for line in lines if line.startswith("above-non-private")]
+    stale = explained + [{"kind": "collapsed", "task": "adult", "method": "dpsgd", "track": "none", "epsilons": "all",
+                          "reason": "nothing like it"},
+                         {"kind": "above-non-private", "task": "digits", "method": "dpsgd", "track": "validation",
+                          "epsilons": [1], "reason": "a test of the check"}]
+    (tmp_path / "exceptions.json").write_text(json.dumps(stale))
+    assert main(["leaderboard", "--check", "--records", str(records)]) == 1
+    assert [line[:15] for line in capsys.readouterr().out.splitlines()] == ["stale exception"]
+    (tmp_path / "exceptions.json").write_text(json.dumps(stale[:2] + stale[3:]))
+    assert main(["leaderboard", "--check", "--records", str(records)]) == 0
+    (tmp_path / "exceptions.json").write_text(json.dumps([{**stale[0], "reason": " "}]))
+    assert main(["leaderboard", "--check", "--records", str(records)]) == 2  # no reason: refused

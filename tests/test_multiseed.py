@@ -136,59 +136,6 @@ def test_run_seeds_gives_the_records_of_separate_runs():
     assert len(store.load()) == 4
 
 
-def test_sweep_batches_the_seeds_it_can_and_resumes(capsys):
-    from dpbench.sweep import run_grid
-
-    grid = {"tasks": ["breast_cancer"], "methods": ["dpsgd", "ada_dp", "amp"], "epsilons": [1.0], "seeds": 2}
-    assert run_grid(grid) == {"ran": 6, "already stored": 0, "refused": 0}
-    records = store.load()
-    batched = {r["method"]: r.get("batched_seeds") for r in records}
-    assert batched == {"dpsgd": 2, "ada_dp": None, "amp": None}
-    assert sorted((r["method"], r["seed"]) for r in records) == sorted(
-        (m, s) for m in grid["methods"] for s in (0, 1))
-    assert run_grid(grid) == {"ran": 0, "already stored": 6, "refused": 0}
-
-
-def test_sweep_reruns_a_cell_whose_stored_records_ran_other_settings_code_or_ledger():
-    """The sweep counted any stored run of the same (task, method, ε, seed) as done, whatever its ledger version,
-    data, δ, hyperparameters or code: records made before a privacy fix would have been reused silently."""
-    from dpbench.sweep import run_grid
-
-    grid = {"tasks": ["breast_cancer"], "methods": ["dpsgd", "output_perturbation"], "epsilons": [1.0], "seeds": 1}
-    assert run_grid(grid) == {"ran": 2, "already stored": 0, "refused": 0}
-    fresh = store.load()
-    for change in [{"ledger_version": 1}, {"delta": 1e-9}, {"data_id": "breast_cancer-v0"},
-                   {"hyperparameters": {"lr": 123.0}}, {"code": {"method": {"sha256": "0" * 64}}}]:
-        store.default_path().unlink()
-        for record in fresh:
-            stale = {**record, **change}
-            stale["run_id"] = store.content_id(stale)
-            store.append(stale)
-        assert run_grid(grid) == {"ran": 2, "already stored": 0, "refused": 0}, change
-    assert run_grid(grid) == {"ran": 0, "already stored": 2, "refused": 0}
-
-
-def test_sweep_starts_the_full_data_methods_and_splits_the_unbatched_ones_by_seed():
-    from dpbench.sweep import jobs
-
-    cells = [(("adult", "dpsgd", 1.0), [0, 1]), (("adult", "amp", 1.0), [0, 1]), (("adult", "dpgd", 1.0), [0, 1]),
-             (("digits", "output_perturbation", 2.0), [3])]
-    assert jobs(cells, METHODS) == [(("adult", "amp", 1.0), [0]), (("adult", "amp", 1.0), [1]),
-                                    (("digits", "output_perturbation", 2.0), [3]), (("adult", "dpgd", 1.0), [0, 1]),
-                                    (("adult", "dpsgd", 1.0), [0, 1])]
-
-
-def test_sweep_workers_give_the_records_of_one_process(isolated_home, monkeypatch):
-    from dpbench.sweep import run_grid
-
-    grid = {"tasks": ["breast_cancer"], "methods": ["dpsgd", "amp", "ada_dp"], "epsilons": [1.0, 2.0], "seeds": 2}
-    assert run_grid(grid, workers=2) == {"ran": 12, "already stored": 0, "refused": 0}
-    parallel = {(r["method"], r["epsilon_target"], r["seed"]): r["metrics"] for r in store.load()}
-    monkeypatch.setenv("DPBENCH_HOME", str(isolated_home.parent / "one-process"))
-    assert run_grid(grid) == {"ran": 12, "already stored": 0, "refused": 0}
-    assert {(r["method"], r["epsilon_target"], r["seed"]): r["metrics"] for r in store.load()} == parallel
-
-
 def test_tasks_with_augmentation_are_not_batched():
     class Augmented(TASKS["digits"]):
         name = "augmented_digits"

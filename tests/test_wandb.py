@@ -35,8 +35,9 @@ def test_offline_run_logs_config_epochs_and_final_record(isolated_home, monkeypa
     config, history, summary = logged(isolated_home)
     assert config["method"] == "dpsgd" and config["data_id"] == "breast_cancer"
     assert config["hyperparameters"]["epochs"] == 3 and config["noise_multiplier"] == record["noise_multiplier"]
-    spent = [row["privacy/epsilon_spent"] for row in history if "privacy/epsilon_spent" in row]
-    assert len(spent) == 3 and spent == sorted(spent) and spent[-1] == pytest.approx(record["epsilon"])
+    spent = [row["privacy/epsilon_spent_rdp"] for row in history if "privacy/epsilon_spent_rdp" in row]
+    # RDP per epoch (milliseconds, not a PLD from scratch): an upper bound, above the record's PLD ε, not far off.
+    assert len(spent) == 3 and spent == sorted(spent) and record["epsilon"] <= spent[-1] <= 1.5 * record["epsilon"]
     assert summary["final/test_accuracy"] == pytest.approx(record["metrics"]["test_accuracy"])
     assert summary["final/epsilon"] == pytest.approx(record["epsilon"])
     assert json.loads(summary["dpbench_record"]) == record

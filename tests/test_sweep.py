@@ -1,0 +1,102 @@
+"""``dpbench sweep``: tracks, batching, resuming by record identity, refusals, workers."""
+import json
+
+import pytest
+
+from dpbench import store, sweep
+from dpbench.cli import main
+from dpbench.sweep import run_grid
+
+
+def test_sweep_batches_the_seeds_it_can_and_resumes(capsys):
+    grid = {"tasks": ["breast_cancer"], "methods": ["dpsgd", "ada_dp", "amp"], "epsilons": [1.0], "seeds": 2}
+    assert run_grid(grid) == {"ran": 6, "already stored": 0, "refused": 0}
+    records = store.load()
+    batched = {r["method"]: r.get("batched_seeds") for r in records}
+    assert batched == {"dpsgd": 2, "ada_dp": None, "amp": None}
+    assert sorted((r["method"], r["seed"]) for r in records) == sorted(
+        (m, s) for m in grid["methods"] for s in (0, 1))
+    assert run_grid(grid) == {"ran": 0, "already stored": 6, "refused": 0}
+
+
+def test_sweep_reruns_a_cell_whose_stored_records_ran_other_settings_code_or_ledger():
+    """The sweep counted any stored run of the same (task, method, ε, seed) as done, whatever its ledger version,
+    data, δ, hyperparameters or code: records made before a privacy fix would have been reused silently."""
+    grid = {"tasks": ["breast_cancer"], "methods": ["dpsgd", "output_perturbation"], "epsilons": [1.0], "seeds": 1}
+    assert run_grid(grid) == {"ran": 2, "already stored": 0, "refused": 0}
+    fresh = store.load()
+    for change in [{"ledger_version": 1}, {"delta": 1e-9}, {"data_id": "breast_cancer-v0"},
+                   {"hyperparameters": {"lr": 123.0}}, {"code": {"method": {"sha256": "0" * 64}}}]:
+        store.default_path().unlink()
+        for record in fresh:
+            stale = {**record, **change}
+            stale["run_id"] = store.content_id(stale)
+            store.append(stale)
+        assert run_grid(grid) == {"ran": 2, "already stored": 0, "refused": 0}, change
+    assert run_grid(grid) == {"ran": 0, "already stored": 2, "refused": 0}
+
+
+def test_sweep_starts_the_full_data_methods_and_splits_the_unbatched_ones_by_seed():
+    grid = {"tasks": ["breast_cancer"], "methods": ["dpsgd", "amp", "dpgd"], "epsilons": [1.0], "seeds": 2,
+            "tracks": ["none", "validation"], "trials": 2}
+    jobs, done, refused = sweep.pending(grid)
+    assert done == 0 and not refused
+    assert [(cell.track, cell.method, cell.seeds) for cell in jobs] == [
+        ("validation", "amp", (0, 1)), ("validation", "dpgd", (0, 1)), ("none", "amp", (0,)), ("none", "amp", (1,)),
+        ("none", "dpgd", (0, 1)), ("validation", "dpsgd", (0, 1)), ("none", "dpsgd", (0, 1))]
+
+
+def test_sweep_workers_give_the_records_of_one_process(isolated_home, monkeypatch):
+    grid = {"tasks": ["breast_cancer"], "methods": ["dpsgd", "amp", "ada_dp"], "epsilons": [1.0, 2.0], "seeds": 2}
+    assert run_grid(grid, workers=2) == {"ran": 12, "already stored": 0, "refused": 0}
+    parallel = {(r["method"], r["epsilon_target"], r["seed"]): r["metrics"] for r in store.load()}
+    monkeypatch.setenv("DPBENCH_HOME", str(isolated_home.parent / "one-process"))
+    assert run_grid(grid) == {"ran": 12, "already stored": 0, "refused": 0}
+    assert {(r["method"], r["epsilon_target"], r["seed"]): r["metrics"] for r in store.load()} == parallel
+
+
+
+
+def test_three_tracks_run_every_method_alike_and_resume(capsys):
+    """Each track's records say which they are; a second sweep finds every run stored; AMP and the non-private
+    baseline are refused by the random-stopping track, with the reason."""
+    grid = {"tasks": ["breast_cancer"], "methods": ["nonprivate", "dpsgd", "output_perturbation", "amp"],
+            "epsilons": [1.0], "seeds": 2, "tracks": ["none", "validation", "random-stopping"], "trials": 3,
+            "neighbouring": "replace-one"}
+    counts = run_grid(grid, progress=False)
+    assert counts == {"ran": 2 * (4 + 4 + 2), "already stored": 0, "refused": 4}
+    err = capsys.readouterr().err
+    assert "random-stopping: amp on breast_cancer refused: amp: AMP's privacy is an (ε, δ) theorem" in err
+    assert "random-stopping: nonprivate on breast_cancer refused" in err
+    by_track = {}
+    for record in store.load():
+        by_track.setdefault((record.get("tuning") or {}).get("mode", "none"), set()).add(record["method"])
+    assert by_track == {"none": {"nonprivate", "dpsgd", "output_perturbation", "amp"},
+                        "validation": {"nonprivate", "dpsgd", "output_perturbation", "amp"},
+                        "random-stopping": {"dpsgd", "output_perturbation"}}
+    private = [r for r in store.load() if r["private"]]
+    assert {r["neighbouring"] for r in private} == {"replace-one"}
+    validated = [r for r in store.load() if (r.get("tuning") or {}).get("mode") == "validation" and r["private"]]
+    assert all(r["tuning"]["private"] is False and "not charged" in r["tuning"]["selected_by"] for r in validated)
+    assert all(r["n_train"] == 455 for r in validated)  # the selected configuration trains on all the training data
+    released = [r for r in store.load() if (r.get("tuning") or {}).get("mode") == "random-stopping"]
+    assert sorted((r["method"], r["seed"]) for r in released) == [("dpsgd", 0), ("dpsgd", 1),
+                                                                  ("output_perturbation", 0), ("output_perturbation", 1)]
+    assert all(r["epsilon"] <= 1.0 and r["accountant"] == "rdp" for r in released)
+    assert run_grid(grid, progress=False) == {"ran": 0, "already stored": 20, "refused": 4}
+
+
+@pytest.mark.parametrize("grid, message", [
+    ({"tasks": ["digits"], "methods": ["dpsgd"], "epsilons": [1], "seeds": 1, "trak": []}, "unknown keys trak"),
+    ({"tasks": ["digits"], "methods": ["dpsgd"], "epsilons": [1]}, "lacks seeds"),
+    ({"tasks": ["digits"], "methods": ["dpsgd"], "epsilons": [0], "seeds": 1}, "positive numbers"),
+    ({"tasks": ["digits"], "methods": ["dpsgd"], "epsilons": [1], "seeds": 1, "tracks": ["best"]}, "unknown tracks"),
+    ({"tasks": ["digits"], "methods": ["dpsgd"], "epsilons": [1], "seeds": 1, "neighbouring": "swap"},
+     "neighbouring must be"),
+    ({"tasks": ["nope"], "methods": ["dpsgd"], "epsilons": [1], "seeds": 1}, "unknown methods or tasks"),
+    ([1, 2], "a JSON object is expected"),
+])
+def test_bad_grids_are_refused(refused, tmp_path, grid, message):
+    path = tmp_path / "grid.json"
+    path.write_text(json.dumps(grid))
+    assert message in refused("sweep", str(path))
