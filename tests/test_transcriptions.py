@@ -52,8 +52,8 @@ class TinyLinear(LinearClassification):
 
 
 def engine_run(method, classes, sigma, expected_batch_size, steps, clipper=None, **overrides):
-    """Trains through the engine (``clipper`` None: its default, the fast clipping); returns the module, the data, the batches each step drew and, per release, the
-    standard normal draw z with noise = (σC/B)·z."""
+    """Trains through the engine (``clipper`` None: its default, the fast clipping); returns the module, the data,
+    the dataset, the batches each step draws and, per release, the standard normal draw z with noise = (σC/B)·z."""
     pl.seed_everything(0, verbose=False)
     task = TinyLinear(classes=classes)
     data = task.prepare()
