@@ -68,14 +68,12 @@ class LinearModel:
         return float((predicted == np.asarray(y)).mean())
 
 
-def clipped_sum(vectors: np.ndarray, clip: float) -> tuple[np.ndarray, int, float]:
-    """Σ_k v_k·min(1, C/‖v_k‖) over the first axis, how many of the v_k were scaled down, and Σ_k of the clipped
-    vectors' squared norms."""
+def clipped_sum(vectors: np.ndarray, clip: float) -> tuple[np.ndarray, int]:
+    """Σ_k v_k·min(1, C/‖v_k‖) over the first axis, and how many of the v_k were scaled down."""
     flat = vectors.reshape(len(vectors), -1)
     norms = np.sqrt((flat**2).sum(axis=1))
     factors = np.minimum(1.0, clip / np.maximum(norms, 1e-300))
-    total = (flat * factors[:, None]).sum(axis=0).reshape(vectors.shape[1:])
-    return total, int((norms > clip).sum()), float(((norms * factors) ** 2).sum())
+    return (flat * factors[:, None]).sum(axis=0).reshape(vectors.shape[1:]), int((norms > clip).sum())
 
 
 def poisson_batches(n: int, rate: float, count: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
@@ -97,7 +95,6 @@ class AdaCliPState:
     step: int = 0
     clipped: int = 0  # examples clipped in the last step
     examples: int = 0  # examples in the last step
-    clipped_sq: float = 0.0  # Σ_k ‖ŵ_k‖² over the last step's clipped transformed gradients
     g_tilde: np.ndarray | None = None
     v: np.ndarray | None = None
 
@@ -120,7 +117,7 @@ def adaclip(model: LinearModel, batches: Iterable[np.ndarray], noises: Iterable[
     for index, z in zip(batches, noises):
         b = state.b  # line 6
         transformed = (model.per_example_gradients(state.w, index) - state.m) / b  # (g − m)/b, Section 4.1
-        total, state.clipped, state.clipped_sq = clipped_sum(transformed, clip)
+        total, state.clipped = clipped_sum(transformed, clip)
         w_bar = (total + sigma * clip * z) / big_b
         g_tilde = b * w_bar + state.m  # lines 11–13
         state.w = state.w - lr * g_tilde  # line 14
@@ -158,7 +155,7 @@ def adadp(model: LinearModel, batches: Iterable[np.ndarray], noises: Iterable[np
     batches, noises = iter(batches), iter(noises)
 
     def release(w: np.ndarray, index: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        total, _, _ = clipped_sum(model.per_example_gradients(w, index), clip)
+        total, _ = clipped_sum(model.per_example_gradients(w, index), clip)
         return (total + sigma * clip * z) / expected_batch_size, sigma * clip * z / expected_batch_size
 
     for index1, z1 in zip(batches, noises):
