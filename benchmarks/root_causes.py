@@ -1,5 +1,5 @@
-"""AdaCliP on adult, run by the independent NumPy transcription (``benchmarks/transcriptions.py``): why it collapses to
-the majority class at ε ≥ 1.
+"""AdaCliP and ADADP on adult, run by the independent NumPy transcriptions (``benchmarks/transcriptions.py``): why
+AdaCliP collapses to the majority class at ε ≥ 1, and where ADADP's learning rate settles (``--adadp``).
 
 The transcription draws its own Poisson batches (rate B/n) and Gaussian noise with NumPy (seeded per run); only the
 data come from dpbench's ``adult`` task (the same rows as ``dpbench run --task adult``). The settings are dpbench's
@@ -12,6 +12,10 @@ transformed gradient (g − m)/b is clipped, Σ_i v_i/b_i² (the quantity Theore
 against the unclipped batch-mean gradient of the bias, and the fraction of training rows predicted positive::
 
     python benchmarks/root_causes.py --sigma 13.5949 0.6623 --h2 1 --seeds 0 1 2
+
+With ``--adadp`` it runs ADADP instead (both variants; dpbench's untuned lr 0.1, tol 1, B = 256, 10 epochs of
+round(n/(2B)) steps) and prints the test accuracy, the final η, the median η over the last half, the median err and
+the median of its noise-only part (η/2)·‖(n1 − n2)/max(1, |θ1|)‖ over the last half, and the accepted fraction.
 """
 from __future__ import annotations
 
@@ -90,6 +94,26 @@ def run(arrays, sigma: float, h2: float, seed: int, *, lr=0.1, batch=256, epochs
             "expected_g_bias": float(expected[0, -1]), "full_grad_bias": float(grads[:, 0, -1].mean())}
 
 
+def run_adadp(arrays, sigma: float, seed: int, variant: str, *, lr=0.1, batch=256, epochs=10, tol=1.0):
+    x, y, x_test, y_test = arrays
+    model = T.LinearModel(x, y)
+    n, d = len(x), x.shape[1] + 1
+    steps = epochs * max(1, round(n / (2 * batch)))
+    rng = np.random.default_rng(seed)
+    rows = []
+
+    def observe(state):
+        if state.step > steps // 2:
+            rows.append((state.lr, state.err, state.noise_err))
+
+    final = T.adadp(model, T.poisson_batches(n, batch / n, 2 * steps, rng), T.gaussian((1, d), rng), lr=lr,
+                    sigma=sigma, expected_batch_size=batch, tol=tol, variant=variant, observe=observe)
+    lrs, errs, noise_errs = np.median(rows, axis=0)
+    return {"accuracy": model.accuracy(final.w, x_test, y_test), "final_lr": final.lr, "median_lr": lrs,
+            "median_err": errs, "median_noise_err": noise_errs,
+            "accepted": final.accepted / steps if variant == "code" else float("nan")}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sigma", type=float, nargs="+", required=True)
@@ -99,8 +123,18 @@ def main(argv=None):
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--clip", type=float, default=1.0)
     parser.add_argument("--reading", choices=T.ADACLIP_READINGS, default="per-example")
+    parser.add_argument("--adadp", action="store_true", help="run ADADP (both variants) instead of AdaCliP")
     args = parser.parse_args(argv)
     arrays = adult_arrays()
+    if args.adadp:
+        keys = ["accuracy", "final_lr", "median_lr", "median_err", "median_noise_err", "accepted"]
+        print("sigma variant seed " + " ".join(keys), flush=True)
+        for sigma in args.sigma:
+            for variant in T.ADADP_VARIANTS:
+                for seed in args.seeds:
+                    result = run_adadp(arrays, sigma, seed, variant, lr=args.lr)
+                    print(f"{sigma} {variant} {seed} " + " ".join(f"{result[k]:.4g}" for k in keys), flush=True)
+        return
     keys = ["accuracy", "clipped", "sum_v_over_b2", "kappa", "b_mean", "g_bias", "true_bias_grad",
             "predicted_positive", "bias", "clipped_pos", "clipped_neg", "expected_g_bias", "full_grad_bias"]
     print("sigma h2 seed " + " ".join(keys), flush=True)
