@@ -76,17 +76,18 @@ class AdaCliP(Method):
     ((Σ_i s_i)² ≤ d²·h2 = d). A larger cap lets AdaCliP add up to d·h2 times DP-SGD's noise variance (h2 = 1: 105
     times on adult). ``--set h2=…`` sets it absolutely (``adaclip_regression`` sets 1e-6).
 
-    Majority-class collapse on adult (a property of the published algorithm, not a transcription defect): measured
-    with the independent NumPy transcription (``benchmarks/root_causes.py``, which reproduces dpbench's 0.7533), and
-    at σ = 0 as well, so the noise estimate is not the cause. Theorem 1's b makes E‖(g − m)/b‖² ≈ 1 (the
-    transcription's Σ_i v_i/b_i² stays at 0.88–1.12), so the examples with the largest gradients are clipped; on
-    adult these are the misclassified minority positives (at the end of 12 of 13 collapsed runs 100% of positives
-    are clipped, 0.4–30% of negatives). The clipped mean then no longer follows the gradient in the bias: at the collapsed model
-    the noise-free expected g̃ of the bias is −0.002 to +0.021 (≈ 0 or the wrong sign) where the true gradient is
-    −0.072 to −0.231, so nothing moves the model back; m, an average of g̃, inherits that bias. Only when the clamp at h1 keeps every s at the cap √h2 (the positive part of
-    the noise correction adds κ = E[(N² − 1)₊]·d·σ²C²/B ≈ 0.48·d·σ²C²/B to Σ_i v_i/b_i², κ > 1 for σ > 2.25 on adult)
-    and √(d·h2) exceeds the gradients' scale is nothing clipped: that is why h2 = 1 escaped the collapse at ε ≤ 0.5
-    (b ≈ 5.6, none clipped, DP-SGD with ~30 times the noise variance) and h2 = 1/d does not.
+    Majority-class collapse on adult (a property of the published algorithm, not a transcription defect): measured with
+    the independent NumPy transcription (``benchmarks/root_causes.py``, which reproduces dpbench's 0.7533), and at σ = 0
+    as well, so the noise estimate is not the cause. Theorem 1's b makes E‖(g − m)/b‖² ≈ 1 (the transcription's Σ_i
+    v_i/b_i² stays at 0.88–1.12), so the examples with the largest gradients are clipped; on adult these are the
+    misclassified minority positives (at the end of 12 of 13 collapsed runs 100% of positives are clipped, 0.4–30% of
+    negatives). The clipped mean then no longer follows the gradient in the bias: at the collapsed model the noise-free
+    expected g̃ of the bias is −0.002 to +0.021 (≈ 0 or the wrong sign) where the true gradient is −0.072 to −0.231, so
+    nothing moves the model back; m, an average of g̃, inherits that bias. Only when the clamp at h1 keeps every s at
+    the cap √h2 (the positive part of the noise correction adds κ = E[(N² − 1)₊]·d·σ²C²/B ≈ 0.48·d·σ²C²/B to Σ_i
+    v_i/b_i², κ > 1 for σ > 2.25 on adult) and √(d·h2) exceeds the gradients' scale is nothing clipped: that is why h2 =
+    1 escaped the collapse at ε ≤ 0.5 (b ≈ 5.6, none clipped, DP-SGD with ~30 times the noise variance) and h2 = 1/d
+    does not.
     """
 
     name = "adaclip"
