@@ -23,12 +23,14 @@ class AdaDP(Method):
     The engine's release is the noisy clipped *mean* (sum / B), as in the published code; Algorithm 2 writes the
     sum and notes that dropping |B| only rescales η, so ``lr`` here is the η of the code, not of Algorithm 2.
 
-    ``variant="paper"`` (default) follows Algorithm 2 literally: the next iterate is the full step θ1 (Algorithm 2
-    names it θ_{ℓ+1}; θ̂_{ℓ+1} only enters the error estimate) and no step is rejected ("In the case of DP
-    learning the algorithm was found to be stable without the condition err < tol so we omit it").
-    ``variant="code"`` does what the published code does: the next iterate is θ̂ (the two half steps), or θ
-    unchanged when err > tol (Algorithm 1's rejection; both batches are still charged), and the update is
-    η ← min(max(√(tol/err), α_min), α_max) · η.
+    ``variant="code"`` (default) does what the published code does (``adadp.py`` ``step1``/``step2``, which the
+    paper's experiments ran): the next iterate is θ̂ (the two half steps), or θ unchanged when err > tol
+    (Algorithm 1's rejection; both batches are still charged), and η ← min(max(√(tol/err), α_min), α_max)·η,
+    updated before the test and kept either way. ``variant="paper"`` follows Algorithm 2 literally: the next
+    iterate is the full step θ1 (Algorithm 2 names it θ_{ℓ+1}; θ̂_{ℓ+1} only enters the error estimate, so G2 never
+    moves θ), no step is rejected ("In the case of DP learning the algorithm was found to be stable without the
+    condition err < tol so we omit it"), and the factor is tol/err without the square root. The algorithm box does
+    not say which iterate continues; the code answers θ̂, hence the default.
 
     ``tol`` defaults to the paper's 1.0 with noise and 0.1 without (σ = 0, tests only); ``lr`` (the initial η)
     defaults to the paper's 0.1 (its text, Section "Comparison of ADADP against DP-Adam"; the published code
@@ -44,7 +46,7 @@ class AdaDP(Method):
     name = "ada_dp"
     description = "ADADP (Koskela & Honkela 2020): DP-SGD adapting its learning rate from one full vs two half steps"
     paper = "https://arxiv.org/abs/1809.03832"
-    defaults = {"lr": 0.1, "tol": None, "alpha_min": 0.9, "alpha_max": 1.1, "variant": "paper",
+    defaults = {"lr": 0.1, "tol": None, "alpha_min": 0.9, "alpha_max": 1.1, "variant": "code",
                 "adapt_epochs": None, "decay": 0.1}
     releases_per_step = 2
     # lr: the initial η

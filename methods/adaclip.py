@@ -69,16 +69,35 @@ class AdaCliP(Method):
     weighted norm Σ_jk R_jk (Σ_t g_tj a_tk)² then costs T²·p·q without them, more than materializing the
     per-example gradients (T·p·q): models with such layers run on the reference (vmap) path, with a warning.
 
-    ``h2`` is the one hyperparameter the paper tunes (default 1, a cap of 1 on each variance sample;
-    ``adaclip_regression`` sets 1e-6); β1 = 0.99, β2 = 0.9, h1 = 1e-12 are its fixed values.
+    ``h2`` is the one hyperparameter the paper tunes ("h1 and h2 are small constants", "We only tune h2"; no value
+    is given); β1 = 0.99, β2 = 0.9, h1 = 1e-12 are its fixed values. h2 caps every variance sample, so s_i ≤ √h2.
+    Default h2 = 1/d, d the number of trained coordinates: with every coordinate at the cap, b_i = √(d·h2) = 1 and
+    the noise of g̃, σC·b/B, is DP-SGD's at the same clip C; below the cap Theorem 1's b only lowers it
+    ((Σ_i s_i)² ≤ d²·h2 = d). A larger cap lets AdaCliP add up to d·h2 times DP-SGD's noise variance (h2 = 1: 105
+    times on adult). ``--set h2=…`` sets it absolutely (``adaclip_regression`` sets 1e-6).
+
+    Majority-class collapse on adult (a property of the published algorithm, not a transcription defect): measured with
+    the independent NumPy transcription (``benchmarks/root_causes.py``, which reproduces dpbench's 0.7533), and at σ = 0
+    as well, so the noise estimate is not the cause. Theorem 1's b makes E‖(g − m)/b‖² ≈ 1 (the transcription's Σ_i
+    v_i/b_i² stays at 0.88–1.12), so the examples with the largest gradients are clipped; on adult these are the
+    misclassified minority positives (at the end of 12 of 13 collapsed runs 100% of positives are clipped, 0.4–30% of
+    negatives). The clipped mean then no longer follows the gradient in the bias: at the collapsed model the noise-free
+    expected g̃ of the bias is −0.002 to +0.021 (≈ 0 or the wrong sign) where the true gradient is −0.072 to −0.231, so
+    nothing moves the model back; m, an average of g̃, inherits that bias. Only when the clamp at h1 keeps every s at
+    the cap √h2 (the positive part of the noise correction adds κ = E[(N² − 1)₊]·d·σ²C²/B ≈ 0.48·d·σ²C²/B to Σ_i
+    v_i/b_i², κ > 1 for σ > 2.25 on adult) and √(d·h2) exceeds the gradients' scale is nothing clipped: that is why h2 =
+    1 escaped the collapse at ε ≤ 0.5 (b ≈ 5.6, none clipped, DP-SGD with ~30 times the noise variance) and h2 = 1/d
+    does not.
     """
 
     name = "adaclip"
     description = "AdaCliP (Pichapati et al. 2019): per-coordinate adaptive clipping (g − m)/b, noise, rescale, SGD"
     paper = "https://arxiv.org/abs/1908.07643"
-    defaults = {"lr": 0.1, "beta1": 0.99, "beta2": 0.9, "h1": 1e-12, "h2": 1.0}
-    # h2: the paper's tuned hyperparameter
+    defaults = {"lr": 0.1, "beta1": 0.99, "beta2": 0.9, "h1": 1e-12, "h2": None}
+    # h2: the paper's tuned hyperparameter (1/d for d from 1 to 10⁶)
+    # h1 up to 1e-6, the lowest h2, so that every draw has h1 ≤ h2
     search_space = {"lr": {"type": "float", "low": 0.01, "high": 100.0, "log": True},
+                    "h1": {"type": "float", "low": 1e-12, "high": 1e-06, "log": True},
                     "h2": {"type": "float", "low": 1e-06, "high": 1.0, "log": True},
                     "clip": {"type": "float", "low": 0.1, "high": 10.0, "log": True}}
 
@@ -87,10 +106,14 @@ class AdaCliP(Method):
         for key in ("beta1", "beta2"):
             if not 0 <= hp[key] < 1:
                 raise ValueError(f"{key} must lie in [0, 1), got {hp[key]}")
-        if not 0 < hp["h1"] <= hp["h2"]:
-            raise ValueError(f"need 0 < h1 <= h2, got h1={hp['h1']}, h2={hp['h2']}")
+        try:  # a None default arrives from ``--set`` as a string
+            self.h2 = 1 / sum(p.numel() for p in self.params) if hp["h2"] is None else float(hp["h2"])
+        except ValueError:
+            raise ValueError(f"h2 must be a number, got {hp['h2']!r}") from None
+        if not 0 < hp["h1"] <= self.h2:
+            raise ValueError(f"need 0 < h1 <= h2, got h1={hp['h1']}, h2={self.h2}")
         self.mean = [torch.zeros_like(p, requires_grad=False) for p in self.params]
-        self.std = [torch.full_like(p, math.sqrt(hp["h1"] * hp["h2"]), requires_grad=False) for p in self.params]
+        self.std = [torch.full_like(p, math.sqrt(hp["h1"] * self.h2), requires_grad=False) for p in self.params]
         self.scale = self._scale()
 
     def _scale(self) -> list[torch.Tensor]:
@@ -114,7 +137,7 @@ class AdaCliP(Method):
                 g_tilde = b * w_bar + m
                 param.sub_(hp["lr"] * g_tilde)
                 centred = g_tilde - m
-                v = torch.clamp(batch * (centred**2 - b**2 * noise_var), min=hp["h1"], max=hp["h2"])
+                v = torch.clamp(batch * (centred**2 - b**2 * noise_var), min=hp["h1"], max=self.h2)
                 s.copy_(torch.sqrt(hp["beta2"] * s**2 + (1 - hp["beta2"]) * v))
                 m.mul_(hp["beta1"]).add_((1 - hp["beta1"]) * g_tilde)
         self.scale = self._scale()

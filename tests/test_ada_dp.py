@@ -181,3 +181,13 @@ def test_digits_at_epsilon_1_takes_half_the_steps_of_dpsgd_for_the_same_releases
     assert ada_dp["gradient_evaluations"] == dpsgd["gradient_evaluations"] == 2 * ada_dp["steps"]
     assert ada_dp["noise_multiplier"] == pytest.approx(dpsgd["noise_multiplier"], rel=0.01)
     assert 0.99 < ada_dp["epsilon"] <= 1.0
+
+
+def test_default_variant_is_the_published_code():
+    """Defaults: the code's variant. With tol = 0.12 > err, the next iterate is θ̂ and η grows by √(tol/err) (the
+    literal Algorithm 2 would continue from θ1 with tol/err)."""
+    assert AdaDP.defaults["variant"] == "code"
+    method, params = method_on(THETA, lr=0.1, tol=0.12)
+    method.step(ScriptedReleases(params, [G1, G2]))
+    assert method.lr == pytest.approx(0.1 * math.sqrt(0.12 / ERR), rel=1e-6)
+    assert_all_close(params, THETA_HAT)

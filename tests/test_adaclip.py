@@ -221,3 +221,29 @@ def test_initial_point_is_random_with_expected_error_init_scale_squared():
     at_optimum = TASKS["adaclip_regression"](dim=5, init_scale=0.0)
     at_optimum.prepare()
     assert torch.equal(at_optimum.model.theta.detach(), torch.zeros(5))
+
+
+def test_default_h2_is_one_over_the_number_of_coordinates_and_caps_each_variance_sample():
+    """Default h2 = 1/d (d = 4 here, h2 = 0.25): s⁰ = √(h1·h2), and one step (σ = 0, B = 1) clamps v at 0.25.
+    The old default h2 = 1 gives s⁰ = 1e-6 and would leave v = 1 in the first coordinate (s = 1, not √0.925)."""
+    params = [torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(1))]
+    method = AdaCliP(params, dict(AdaCliP.defaults, clip=1.0), GradientMechanism(0.0, 1.0, 1.0))
+    torch.testing.assert_close(method.std[0], torch.full((3,), math.sqrt(1e-12 * 0.25)))
+    method.std = [torch.ones(3), torch.ones(1)]  # b_i = √1 · √4 = 2
+    method.scale = method._scale()
+    method.step(lambda: [torch.tensor([1.0, 0.1, 0.0]), torch.tensor([0.0])])  # w̄: g̃ = 2·w̄ = (2, 0.2, 0 | 0)
+    torch.testing.assert_close(params[0].detach(), -0.1 * torch.tensor([2.0, 0.2, 0.0]))  # lr 0.1
+    # v = clamp(g̃², 1e-12, 0.25) = (0.25, 0.04, 1e-12 | 1e-12); s² = 0.9·1 + 0.1·v
+    expected = torch.sqrt(0.9 + 0.1 * torch.tensor([0.25, 0.04, 1e-12, 1e-12]))
+    torch.testing.assert_close(torch.cat([method.std[0], method.std[1]]), expected)
+    assert method.h2 == 0.25
+    assert "h1" in AdaCliP.search_space and "h2" in AdaCliP.search_space  # the paper's constants are searched
+    assert AdaCliP.search_space["h1"]["high"] <= AdaCliP.search_space["h2"]["low"]  # every draw has h1 ≤ h2
+
+
+def test_h2_from_the_command_line_is_parsed_and_used():
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    method = AdaCliP(params, dict(AdaCliP.defaults, clip=1.0, h2="0.5"), GradientMechanism(0.0, 1.0, 1.0))
+    assert method.h2 == 0.5
+    with pytest.raises(ValueError, match="h2 must be a number"):
+        AdaCliP(params, dict(AdaCliP.defaults, clip=1.0, h2="big"), GradientMechanism(0.0, 1.0, 1.0))

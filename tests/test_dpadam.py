@@ -37,14 +37,29 @@ def test_dpadam_bc_first_step_without_noise_is_m_over_sqrt_max_v_gamma_prime():
 
 
 def test_dpadam_bc_first_step_subtracts_the_noise_variance():
-    # σC/B = 2 · 0.5 / 10 = 0.1, so (σC/B)² = 0.01; g² − 0.01 = 0.08, −0.0096, −0.01, −0.01 -> max with 1e-8.
+    # σC/B = 2 · 0.5 / 10 = 0.1, so Φ = (σC/B)² = 0.01; g² − 0.01 = 0.08, −0.0096, −0.01, −0.01 -> max with γ′.
+    # Default γ′ = 0.04·Φ = 4e-4 (√γ′ = 0.02).
     step = one_step(DPAdamBC, GRADIENT, GradientMechanism(2.0, 0.5, 10.0))
-    expected = [0.3 / math.sqrt(0.08), -0.02 / 1e-4, 0.0, 1e-5 / 1e-4]
+    expected = [0.3 / math.sqrt(0.08), -0.02 / 0.02, 0.0, 1e-5 / 0.02]
     torch.testing.assert_close(step, -LR * torch.tensor(expected, dtype=torch.float64))
-    # γ′ is a hyperparameter: with γ′ = 1e-6 the clamped coordinates divide by 1e-3 instead.
-    step = one_step(DPAdamBC, GRADIENT, GradientMechanism(2.0, 0.5, 10.0), gamma_prime=1e-6)
-    expected = [0.3 / math.sqrt(0.08), -0.02 / 1e-3, 0.0, 1e-5 / 1e-3]
+    # γ′ relative to Φ: ratio 1 gives γ′ = Φ = 0.01 (√γ′ = 0.1); 0.08 > 0.01 keeps the first coordinate unclamped.
+    step = one_step(DPAdamBC, GRADIENT, GradientMechanism(2.0, 0.5, 10.0), gamma_prime_ratio=1.0)
+    expected = [0.3 / math.sqrt(0.08), -0.02 / 0.1, 0.0, 1e-5 / 0.1]
     torch.testing.assert_close(step, -LR * torch.tensor(expected, dtype=torch.float64))
+    # γ′ set absolutely wins over the ratio (the papers' profiles): 1e-8 and 1e-6, also as a --set string.
+    for gamma_prime, root in ((1e-8, 1e-4), ("1e-6", 1e-3)):
+        step = one_step(DPAdamBC, GRADIENT, GradientMechanism(2.0, 0.5, 10.0), gamma_prime=gamma_prime)
+        expected = [0.3 / math.sqrt(0.08), -0.02 / root, 0.0, 1e-5 / root]
+        torch.testing.assert_close(step, -LR * torch.tensor(expected, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("hp, message", [({"gamma_prime": "x"}, "must be a number"),
+                                         ({"gamma_prime": 0.0}, "must be positive"),
+                                         ({"gamma_prime_ratio": -1.0}, "must be positive")])
+def test_dpadam_bc_refuses_bad_gamma_prime(hp, message):
+    theta = torch.nn.Parameter(torch.zeros(2))
+    with pytest.raises(ValueError, match=message):
+        DPAdamBC([theta], {**DPAdamBC.defaults, **hp}, GradientMechanism(1.0, 1.0, 10.0))
 
 
 def test_dpadam_first_step_is_m_over_sqrt_v_plus_gamma_and_ignores_the_noise():
@@ -101,12 +116,14 @@ def train_recording_releases(method, sigma, clip, expected_batch_size, steps, **
     return initial, releases, trajectory
 
 
-@pytest.mark.parametrize("sigma", [0.0, 1.5])
-def test_dpadam_bc_step_for_step_against_a_hand_written_reference(sigma):
-    clip, expected_batch_size, lr, gamma_prime = 0.4, 8.0, 0.05, 1e-8
+@pytest.mark.parametrize("sigma, setting", [(0.0, {}), (1.5, {}), (1.5, {"gamma_prime": 1e-8})])
+def test_dpadam_bc_step_for_step_against_a_hand_written_reference(sigma, setting):
+    clip, expected_batch_size, lr = 0.4, 8.0, 0.05
     initial, releases, trajectory = train_recording_releases(
-        "dpadam_bc", sigma, clip, expected_batch_size, steps=25, lr=lr)
+        "dpadam_bc", sigma, clip, expected_batch_size, steps=25, lr=lr, **setting)
     noise_variance = (sigma * clip / expected_batch_size) ** 2  # (σC/B)², B the expected batch size
+    # γ′: set absolutely, else 0.04·(σC/B)², else (σ = 0) 1e-8
+    gamma_prime = setting.get("gamma_prime", 0.04 * noise_variance if sigma > 0 else 1e-8)
     theta = [p.clone() for p in initial]
     m = [torch.zeros_like(p) for p in theta]
     v = [torch.zeros_like(p) for p in theta]

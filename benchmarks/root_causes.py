@@ -1,0 +1,150 @@
+"""AdaCliP and ADADP on adult, run by the independent NumPy transcriptions (``benchmarks/transcriptions.py``): why
+AdaCliP collapses to the majority class at ε ≥ 1, and where ADADP's learning rate settles (``--adadp``).
+
+The transcription draws its own Poisson batches (rate B/n) and Gaussian noise with NumPy (seeded per run); only the
+data come from dpbench's ``adult`` task (the same rows as ``dpbench run --task adult``). The settings are dpbench's
+untuned ones: B = 256, 10 epochs (round(n/B) steps each), lr 0.1, clip 1, β1 = 0.99, β2 = 0.9, h1 = 1e-12, and σ the
+noise multiplier dpbench calibrates for the ε (read from the run records; see ``/work/notes/adaptive_results.md``).
+
+Per run it prints the test accuracy and, averaged over the last quarter of the steps: the fraction of examples whose
+transformed gradient (g − m)/b is clipped, Σ_i v_i/b_i² (the quantity Theorem 1's b needs to equal 1 at s² = v),
+κ = E[(N² − 1)₊]·d·σ²C²/B (what the clamp at h1 adds to it from the noise alone), the bias coordinate's released g̃
+against the unclipped batch-mean gradient of the bias, and the fraction of training rows predicted positive::
+
+    python benchmarks/root_causes.py --sigma 13.5949 0.6623 --h2 1 --seeds 0 1 2
+
+With ``--adadp`` it runs ADADP instead (both variants; dpbench's untuned lr 0.1, tol 1, B = 256, 10 epochs of
+round(n/(2B)) steps) and prints the test accuracy, the final η, the median η over the last half, the median err and
+the median of its noise-only part (η/2)·‖(n1 − n2)/max(1, |θ1|)‖ over the last half, and the accepted fraction.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+
+_SPEC = importlib.util.spec_from_file_location("transcriptions", Path(__file__).resolve().parent / "transcriptions.py")
+T = sys.modules.setdefault("transcriptions", importlib.util.module_from_spec(_SPEC))
+_SPEC.loader.exec_module(T)
+
+POSITIVE_PART = 0.4839  # E[(N² − 1)₊] for N ~ N(0, 1)
+
+
+def adult_arrays():
+    from dpbench import registry  # only for the data rows
+    task = registry.tasks([])["adult"]()
+    data = task.prepare(0)
+    return [np.asarray(a, dtype=np.float64 if a.dtype.is_floating_point else np.int64)
+            for a in (data.x_train, data.y_train, data.x_test, data.y_test)]
+
+
+def run(arrays, sigma: float, h2: float, seed: int, *, lr=0.1, batch=256, epochs=10, clip=1.0, reading="per-example",
+        h1=1e-12):
+    x, y, x_test, y_test = arrays
+    model = T.LinearModel(x, y)
+    n, d = len(x), x.shape[1] + 1
+    steps = epochs * max(1, round(n / batch))
+    rng = np.random.default_rng(seed)
+    tail = steps - steps // 4
+    rows = []
+
+    def observe(state):
+        if state.step <= tail:
+            return
+        b = state.b
+        index = last_batch[0]
+        grads = model.per_example_gradients(w_before[0], index)
+        bias_mean = float(grads[:, 0, -1].sum() / batch)
+        rows.append((state.clipped / max(state.examples, 1), float((state.v / b**2).sum()), float(b.mean()),
+                     float(state.g_tilde[0, -1]), bias_mean))
+
+    last_batch, w_before = [None], [None]
+
+    def batches():
+        for index in T.poisson_batches(n, batch / n, steps, rng):
+            last_batch[0] = index
+            yield index
+
+    noises = T.gaussian((1, d), rng)
+
+    class Recorder:  # the iterate each batch's gradients are taken at
+        def __call__(self, state):
+            observe(state)
+            w_before[0] = state.w
+
+    w_before[0] = model.zeros()
+    final = T.adaclip(model, batches(), noises, lr=lr, sigma=sigma, expected_batch_size=batch, clip=clip, h1=h1, h2=h2,
+                      reading=reading, observe=Recorder())
+    clipped, ratio, b_mean, g_bias, true_bias = np.mean(rows, axis=0)
+    z = np.hstack([x, np.ones((n, 1))]) @ final.w[0]
+    # The noise-free expected update at the final state, over the whole training set: E g̃ = b ⊙ mean_k ŵ_k + m
+    # against the true mean gradient, in the bias coordinate, and who is clipped.
+    grads = model.per_example_gradients(final.w, np.arange(n))
+    transformed = (grads - final.m) / final.b
+    norms = np.sqrt((transformed**2).sum(axis=(1, 2)))
+    factors = np.minimum(1.0, clip / norms)
+    expected = final.b * (transformed * factors[:, None, None]).mean(axis=0) + final.m
+    return {"accuracy": model.accuracy(final.w, x_test, y_test), "clipped": clipped, "sum_v_over_b2": ratio,
+            "kappa": POSITIVE_PART * d * sigma**2 * clip**2 / batch, "b_mean": b_mean, "g_bias": g_bias,
+            "true_bias_grad": true_bias, "predicted_positive": float((z > 0).mean()), "bias": float(final.w[0, -1]),
+            "clipped_pos": float((norms[y == 1] > clip).mean()), "clipped_neg": float((norms[y == 0] > clip).mean()),
+            "expected_g_bias": float(expected[0, -1]), "full_grad_bias": float(grads[:, 0, -1].mean())}
+
+
+def run_adadp(arrays, sigma: float, seed: int, variant: str, *, lr=0.1, batch=256, epochs=10, tol=1.0):
+    x, y, x_test, y_test = arrays
+    model = T.LinearModel(x, y)
+    n, d = len(x), x.shape[1] + 1
+    steps = epochs * max(1, round(n / (2 * batch)))
+    rng = np.random.default_rng(seed)
+    rows = []
+
+    def observe(state):
+        if state.step > steps // 2:
+            rows.append((state.lr, state.err, state.noise_err))
+
+    final = T.adadp(model, T.poisson_batches(n, batch / n, 2 * steps, rng), T.gaussian((1, d), rng), lr=lr,
+                    sigma=sigma, expected_batch_size=batch, tol=tol, variant=variant, observe=observe)
+    lrs, errs, noise_errs = np.median(rows, axis=0)
+    return {"accuracy": model.accuracy(final.w, x_test, y_test), "final_lr": final.lr, "median_lr": lrs,
+            "median_err": errs, "median_noise_err": noise_errs,
+            "accepted": final.accepted / steps if variant == "code" else float("nan")}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sigma", type=float, nargs="+", required=True)
+    parser.add_argument("--h2", type=float, nargs="+", default=[1.0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--h1", type=float, default=None, help="default 1e-12; h1 ≥ h2 (taken as h1 = h2) pins s at √h2")
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--clip", type=float, default=1.0)
+    parser.add_argument("--reading", choices=T.ADACLIP_READINGS, default="per-example")
+    parser.add_argument("--adadp", action="store_true", help="run ADADP (both variants) instead of AdaCliP")
+    args = parser.parse_args(argv)
+    arrays = adult_arrays()
+    if args.adadp:
+        keys = ["accuracy", "final_lr", "median_lr", "median_err", "median_noise_err", "accepted"]
+        print("sigma variant seed " + " ".join(keys), flush=True)
+        for sigma in args.sigma:
+            for variant in T.ADADP_VARIANTS:
+                for seed in args.seeds:
+                    result = run_adadp(arrays, sigma, seed, variant, lr=args.lr)
+                    print(f"{sigma} {variant} {seed} " + " ".join(f"{result[k]:.4g}" for k in keys), flush=True)
+        return
+    keys = ["accuracy", "clipped", "sum_v_over_b2", "kappa", "b_mean", "g_bias", "true_bias_grad",
+            "predicted_positive", "bias", "clipped_pos", "clipped_neg", "expected_g_bias", "full_grad_bias"]
+    print("sigma h2 seed " + " ".join(keys), flush=True)
+    for sigma in args.sigma:
+        for h2 in args.h2:
+            for seed in args.seeds:
+                h1 = 1e-12 if args.h1 is None else min(args.h1, h2)
+                result = run(arrays, sigma, h2, seed, lr=args.lr, clip=args.clip, reading=args.reading, h1=h1)
+                print(f"{sigma} {h2:.4g} {seed} " + " ".join(f"{result[k]:.4g}" for k in keys), flush=True)
+
+
+if __name__ == "__main__":
+    main()
