@@ -50,7 +50,7 @@ import torch
 from dp_accounting import rdp
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from dpbench import streams
+from dpbench import cache, streams
 from dpbench.privacy import rdp_curve
 from dpbench.task import Task, TaskData
 
@@ -167,17 +167,26 @@ def trial_epsilon(trial: TrialMechanism, delta: float) -> float:
 def calibrate_trial_noise(mode: str, epsilon: float, delta: float, trial: TrialMechanism,
                           distribution: dict[str, Any] | None, trials: int, tolerance: float = 1e-4) -> float:
     """The smallest per-trial σ (to ``tolerance``) whose total ε over the whole tuning is ≤ ``epsilon``: the total
-    decreases in σ, so bisection between a σ that is too small and one that meets the target."""
+    decreases in σ, so bisection between a σ that is too small and one that meets the target. Kept on disk
+    (:mod:`dpbench.cache`, a pure function of its arguments): a sweep plans every cell's tuning before it runs any."""
     spent = lambda sigma: total_epsilon(mode, replace(trial, noise_multiplier=sigma), distribution, trials, delta)
-    low, high = 0.0, 1.0
-    while spent(high) > epsilon:
-        low, high = high, 2 * high
-        if high > 1e6:
-            raise ValueError(f"no noise multiplier below 1e6 meets ε = {epsilon:g} for this tuning")
-    while high - low > tolerance:
-        middle = (low + high) / 2
-        low, high = (low, middle) if spent(middle) <= epsilon else (middle, high)
-    return high
+
+    def compute() -> float:
+        low, high = 0.0, 1.0
+        while spent(high) > epsilon:
+            low, high = high, 2 * high
+            if high > 1e6:
+                return math.inf
+        while high - low > tolerance:
+            middle = (low + high) / 2
+            low, high = (low, middle) if spent(middle) <= epsilon else (middle, high)
+        return high
+
+    key = (mode, epsilon, delta, trial, sorted((distribution or {}).items()), trials, tolerance)
+    sigma = cache.memoized("trial-calibration", key, compute)
+    if math.isinf(sigma):
+        raise ValueError(f"no noise multiplier below 1e6 meets ε = {epsilon:g} for this tuning")
+    return sigma
 
 
 # ---- the validation split and the noisy score ------------------------------------------------------------------
