@@ -180,6 +180,21 @@ class Checkpoints(pl.Callback):
         atomic_write(self.folder / RECORD, lambda file: file.write(text.encode()))
 
 
+def check_folder(folder: str) -> None:
+    """Refuse, before a run is planned (whose warnings would precede the refusal), a checkpoint folder that is a
+    file or cannot be created where it would go: its nearest existing ancestor is a file or not writable."""
+    path = Path(folder)
+    if path.exists():
+        if not path.is_dir():
+            raise UsageError(f"checkpoint folder {path} is not a folder")
+        return
+    ancestor = next(parent for parent in path.absolute().parents if parent.exists())
+    if not ancestor.is_dir():
+        raise UsageError(f"cannot create the checkpoint folder {path}: {ancestor} is not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot create the checkpoint folder {path}: {ancestor} is not writable")
+
+
 def prepare(planned, folder: str, resume: bool, every: int) -> tuple[Checkpoints, Path | None, dict | None]:
     """Check the checkpoint folder of a run about to train, writing nothing: (the callback, the checkpoint to resume
     from or None, the record of a run that had finished or None). Refuses a folder that holds a run unless

@@ -540,12 +540,14 @@ def run(spec: RunSpec, task_class: type[Task] | None = None,
         from dpbench import release  # imported here: dpbench.release builds on this module
 
         return release.run(spec, method, registered_task)
+    if spec.checkpoint_dir:
+        from dpbench import checkpoint  # imported here: dpbench.checkpoint builds on this module
+
+        checkpoint.check_folder(spec.checkpoint_dir)
     planned = plan(spec, task_class=task_class)
     spec, data, hp = planned.spec, planned.data, planned.hp
     checkpoints, resume_from = None, None
     if spec.checkpoint_dir:
-        from dpbench import checkpoint  # imported here: dpbench.checkpoint builds on this module
-
         checkpoints, resume_from, finished = checkpoint.prepare(planned, spec.checkpoint_dir, spec.resume,
                                                                 spec.checkpoint_every)
         if finished is not None:  # it ended before: its record, which may not have reached the store

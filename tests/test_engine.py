@@ -14,11 +14,15 @@ METHODS = registry.methods([])
 TASKS = registry.tasks([])
 
 
-def module_for(method, sigma, expected_batch_size, noise="fast", **overrides):
+def module_for(method, sigma, expected_batch_size, noise="fast", clip=None, **overrides):
+    """A training module of ``method`` on digits; ``clip`` is set after resolving (``math.inf``, which users may not
+    give, turns clipping off)."""
     pl.seed_everything(0, verbose=False)
     task = TASKS["digits"]()
     data = task.prepare()
     hp, _ = resolve_hyperparameters(METHODS[method], TASKS["digits"], overrides)
+    if clip is not None:
+        hp["clip"] = clip
     module = PrivateTraining(task, METHODS[method], hp, sigma, expected_batch_size, seed=0, noise=noise)
     module.on_fit_start()
     return module, IndexedTensors(data.x_train, data.y_train)

@@ -363,4 +363,4 @@ def test_leaderboard_and_sweep_read_no_federated_record(isolated_home, capsys):
     assert "dpsgd" in board and "fedavg" not in board
     assert [r["method"] for r in store.load()] == ["dpsgd"]
     assert store.load(kind="federated") == [federated_record]
-    assert len(sweep._stored(store.load())) == 1  # engine.identity would need fields a federated record lacks
+    assert len(sweep._stored()) == 1  # engine.identity would need fields a federated record lacks

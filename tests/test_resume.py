@@ -8,6 +8,8 @@ import random
 import shutil
 import signal
 import sqlite3
+import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -129,35 +131,28 @@ def test_resuming_from_any_checkpoint_gives_the_uninterrupted_record(tmp_path, m
 
 # ---- SIGKILL at a random step, then resume ---------------------------------------------------------------------
 
-def _run_in_child(argv: list[str], log: str) -> None:
-    """The body of a forked child: ``dpbench ARGV`` with stdout discarded and stderr to ``log``."""
-    with open(os.devnull, "w") as null, open(log, "w") as err:
-        os.dup2(null.fileno(), 1)
-        os.dup2(err.fileno(), 2)
-        os._exit(main(argv))
-
-
 class Killer:
-    """Runs ``dpbench run ARGS --checkpoint-dir FOLDER`` in a child process and SIGKILLs it once a checkpoint at or
-    after a random step is written, plus a random delay, so that the kill lands between checkpoints (sometimes
-    inside a write). The child is forked from this process (a new interpreter would spend ~10 s importing PyTorch
-    and Lightning: CI time), so it runs with the same code, libraries and thread count; the kill and the resume are
-    those of separate processes. Watches from a thread, so that the test can compute the uninterrupted run
-    meanwhile."""
+    """Runs ``python -m dpbench run ARGS --checkpoint-dir FOLDER`` in a fresh interpreter and SIGKILLs it once a
+    checkpoint at or after a random step is written, plus a random delay, so that the kill lands between
+    checkpoints (sometimes inside a write). A fresh interpreter, not a fork of this one: a forked child of a process
+    whose OpenMP pool has run deadlocks in its first parallel region (libgomp is not fork-safe), which hung CI. It
+    runs with this process's thread count (the resume check compares it). Watches from a thread, so that the test
+    can compute the uninterrupted run meanwhile."""
 
     def __init__(self, args: list[str], folder: Path, total_steps: int, rng: random.Random):
         self.folder, self.target, self.rng = folder, rng.randint(1, total_steps // 2), rng
-        self.log = str(folder.parent / "killed.stderr")
-        argv = ["run", *args, "--checkpoint-dir", str(folder), "--checkpoint-every", str(rng.randint(2, 9)),
-                "--no-wandb"]
-        self.process = multiprocessing.get_context("fork").Process(target=_run_in_child, args=(argv, self.log))
-        self.process.start()  # before the watching thread: a fork copies only the forking thread
+        self.log = folder.parent / "killed.stderr"
+        argv = [sys.executable, "-m", "dpbench", "run", *args, "--checkpoint-dir", str(folder),
+                "--checkpoint-every", str(rng.randint(2, 9)), "--no-wandb"]
+        env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+        with open(self.log, "w") as err:
+            self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env)
         self.thread = threading.Thread(target=self._watch)
         self.thread.start()
 
     def _watch(self) -> None:
-        path, deadline = self.folder / checkpoint.CHECKPOINT, time.monotonic() + 600
-        while time.monotonic() < deadline and self.process.is_alive():
+        path, deadline = self.folder / checkpoint.CHECKPOINT, time.monotonic() + 300
+        while time.monotonic() < deadline and self.process.poll() is None:
             if path.exists():
                 try:
                     steps = checkpoint.load(path)["dpbench"]["ledger"]["steps"]
@@ -167,15 +162,15 @@ class Killer:
                     time.sleep(self.rng.uniform(0, 0.02))
                     break
             time.sleep(0.005)
-        if self.process.is_alive():
-            os.kill(self.process.pid, signal.SIGKILL)
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
 
     def left(self) -> int:
         """The step of the checkpoint the killed run left behind."""
         self.thread.join()
-        self.process.join(timeout=60)
-        error = Path(self.log).read_text(errors="replace")
-        assert self.process.exitcode == -signal.SIGKILL, f"the run ended before the kill: {error[-2000:]}"
+        self.process.wait(timeout=60)
+        error = self.log.read_text(errors="replace")
+        assert self.process.returncode == -signal.SIGKILL, f"the run ended before the kill: {error[-2000:]}"
         assert not (self.folder / checkpoint.RECORD).exists()
         return checkpoint.load(self.folder / checkpoint.CHECKPOINT)["dpbench"]["ledger"]["steps"]  # whole, always
 

@@ -1,0 +1,6 @@
+"""``python -m dpbench ARGS``: the ``dpbench`` command."""
+import sys
+
+from dpbench.cli import main
+
+sys.exit(main())
