@@ -132,7 +132,7 @@ def identity(cell: Cell) -> str:
     method = registry.methods()[cell.method]
     if not method.private:
         raise UsageError(f"{cell.method} is not private: the random-stopping track does not apply")
-    plan_ = tuning.plan(_tune_specs(cell, (0,))[0])
+    plan_ = tuning.plan(_tune_specs(cell, (0,))[0], calibrate=False)  # σ is calibrated when the cell runs
     planned = engine.describe_record(replace(spec, neighbouring=plan_.trial.neighbouring, epsilon=None,
                                              noise_multiplier=1.0, sampler=None if plan_.trial.kind == "output"
                                              else "poisson"))

@@ -143,8 +143,12 @@ def _planned_releases(method: type[Method], hp: dict[str, Any], n: int) -> tuple
     return batch_size / n, hp["epochs"] * steps_per_epoch * method.releases_per_step
 
 
-def plan(spec: TuneSpec) -> Plan:
-    """Check the request and fix the per-trial mechanism and the validation split (before any trial runs)."""
+def plan(spec: TuneSpec, calibrate: bool = True) -> Plan:
+    """Check the request and fix the per-trial mechanism and the validation split (before any trial runs).
+
+    ``calibrate=False`` stops before the per-trial σ is calibrated (seconds per cell): ``plan.trial`` is then the
+    mechanism at σ = 1, enough for what decides a record's identity (:func:`tuning_config`, the trials' kind and
+    relation), which is what ``dpbench sweep`` plans every cell for."""
     if spec.mode not in MODES:
         raise UsageError(f"unknown mode {spec.mode!r}; choose one of {', '.join(MODES)}")
     if not (math.isfinite(spec.epsilon) and spec.epsilon > 0):
@@ -233,6 +237,10 @@ def plan(spec: TuneSpec) -> Plan:
         mechanism = TrialMechanism(sample_rate, 1.0, releases, spec.neighbouring)
     distribution = (k_distribution(spec.k_distribution, spec.eta, spec.trials) if spec.mode == "random-stopping"
                     else None)
+    if not calibrate:
+        result.trial = mechanism
+        config["k_distribution"] = distribution
+        return result
     trials = int(spec.trials)
     absl = logging.getLogger("absl")  # dp-accounting warns of RDP orders it drops (as infinite) at small σ
     level = absl.level
