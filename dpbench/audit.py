@@ -37,11 +37,12 @@ from scipy import optimize, special, stats
 
 from dpbench import engine, records, store
 from dpbench.canaries import CANARY_NORM, OBSERVERS, Canaries
+from dpbench.choices import THREAT_MODELS
 from dpbench.engine import RunSpec, UsageError
 from dpbench.method import Method, ReleaseMethod
 from dpbench.task import Task
 
-THREAT_MODELS = tuple(OBSERVERS)
+assert tuple(OBSERVERS) == THREAT_MODELS
 CONFIDENCE = 0.95
 #: Guesses per side k (k "in" on the highest scores, k "out" on the lowest), fixed before any run; the
 #: significance is split among those with 2k ≤ m.

@@ -5,7 +5,7 @@ import json
 from typing import Any
 
 from dpbench import store
-from dpbench.engine import UsageError
+from dpbench.errors import UsageError
 
 
 def _track(record: dict[str, Any]) -> str:

@@ -10,11 +10,13 @@ import math
 import sys
 from typing import Any
 
-from dpbench import allocator, browse, engine, guards, leaderboard, registry, search, store, sweep, tuning
+# Only light modules here: --help, list and the refusals of bad input must not wait for PyTorch, Lightning, W&B
+# or Optuna (seconds); each command imports what it needs (tests/test_cli.py checks which modules load).
+from dpbench import allocator, catalog, checks
+from dpbench.choices import (ACCOUNTANTS, BOARD_FORMATS, CLIPPING, GAUSSIAN_SAMPLERS, K_DISTRIBUTIONS, NEIGHBOURING,
+                             SAMPLERS, SEARCH_SAMPLERS, THREAT_MODELS, TUNING_MODES)
 from dpbench.data import DataError
-from dpbench.engine import UsageError
-from dpbench.privacy import (ACCOUNTANTS, NEIGHBOURING, SAMPLERS, GaussianReleases, calibrate_noise_multiplier,
-                             check_relation)
+from dpbench.errors import PrivacyCheckFailed, RegistryError, TuningError, UsageError
 
 EXIT_USAGE = 2
 
@@ -50,6 +52,32 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
+def _names(kind: str, plugins: list[str]) -> dict[str, str]:
+    """{name: description} of the methods or tasks (``kind``): read from their files where that is certain
+    (:mod:`dpbench.catalog`, no PyTorch), else from the imported registry."""
+    found = catalog.names(kind, catalog.plugin_folders(plugins))
+    if found is None:
+        from dpbench import registry
+
+        classes = (registry.methods if kind == "method" else registry.tasks)(registry.plugin_dirs(plugins))
+        found = {name: cls.description for name, cls in classes.items()}
+    return found
+
+
+def _check_request(args: argparse.Namespace) -> None:
+    """Refuse what needs no data before the modules that train are imported (the engine checks it all again): an
+    unknown method or task (where the files can be read with certainty; else the engine's registry decides), the
+    seed, ε, σ, δ, and a learning rate or clip norm that is not finite."""
+    checks.check_seed(args.seed)
+    checks.check_budget(args.epsilon, getattr(args, "noise_multiplier", None), args.delta)
+    for key in ("lr", "clip"):
+        checks.check_finite(key, getattr(args, key, None))
+    for kind, name in (("method", args.method), ("task", args.task)):
+        known = catalog.names(kind, catalog.plugin_folders(args.plugins))
+        if known is not None and name not in known:
+            raise UsageError(f"unknown {kind} {name!r}; available: {', '.join(known)}")
+
+
 def _refuse(error: Exception) -> int:
     """Print ``error`` as the one line of a refusal (line breaks in the user's input included)."""
     print("dpbench: error: " + " ".join(str(error).splitlines()), file=sys.stderr)
@@ -83,9 +111,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--neighbouring", choices=NEIGHBOURING,
                      help="neighbouring datasets of the ε: add-remove (default for Poisson sampling) or replace-one")
     run.add_argument("--accelerator", default="cpu", help="Lightning accelerator: cpu, gpu, auto, ...")
-    run.add_argument("--clipping", choices=engine.CLIPPING, default="fast",
+    run.add_argument("--clipping", choices=CLIPPING, default="fast",
                      help="per-example clipping: fast (ghost norms, dpbench/ghost.py) or reference (torch.func.vmap)")
-    run.add_argument("--noise", choices=engine.NOISE, default="fast",
+    run.add_argument("--noise", choices=GAUSSIAN_SAMPLERS, default="fast",
                      help="Gaussian sampler: fast (Philox on the CPU, dpbench/noise.py) or torch (PyTorch's normal_, "
                           "as runs made before dpbench had its own)")
     run.add_argument("--checkpoint-dir", metavar="DIR",
@@ -105,13 +133,13 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--task", required=True)
     tune.add_argument("--epsilon", type=float, required=True, help="total ε of the whole tuning (per trial: oracle)")
     tune.add_argument("--delta", type=float, help="total δ (default: the task's, 1/n²)")
-    tune.add_argument("--mode", choices=tuning.MODES, default="random-stopping")
+    tune.add_argument("--mode", choices=TUNING_MODES, default="random-stopping")
     tune.add_argument("--trials", type=float, default=8,
                       help="mean of the random number of trials K (random-stopping), or the number of trials")
-    tune.add_argument("--k-distribution", choices=tuning.K_DISTRIBUTIONS, default="negative-binomial")
+    tune.add_argument("--k-distribution", choices=K_DISTRIBUTIONS, default="negative-binomial")
     tune.add_argument("--eta", type=int, choices=(0, 1), default=0,
                       help="truncated negative binomial shape: 0 logarithmic (default), 1 geometric")
-    tune.add_argument("--search", choices=tuning.SAMPLERS,
+    tune.add_argument("--search", choices=SEARCH_SAMPLERS,
                       help="Optuna sampler: random (random-stopping: the only one), tpe (adaptive's default), qmc")
     tune.add_argument("--search-space", metavar="FILE", help="JSON search space replacing the method's")
     tune.add_argument("--neighbouring", choices=NEIGHBOURING, default="add-remove",
@@ -156,7 +184,7 @@ def _parser() -> argparse.ArgumentParser:
 
     board = commands.add_parser("leaderboard", help="tables (methods × ε) and plots from the local results store")
     board.add_argument("--task", help="only this task")
-    board.add_argument("--format", choices=leaderboard.FORMATS, default="md")
+    board.add_argument("--format", choices=BOARD_FORMATS, default="md")
     board.add_argument("--out", help="write to this file instead of stdout")
     board.add_argument("--from-wandb", metavar="ENTITY/PROJECT", help="build from the runs logged to a W&B project")
     board.add_argument("--records", metavar="FILE.jsonl", help="build from a records file instead of the store")
@@ -171,8 +199,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_audit_parsers(commands) -> None:
     """``dpbench audit`` (dpbench/audit.py) and ``dpbench verify`` (dpbench/verify.py)."""
-    from dpbench import audit
-
     auditing = commands.add_parser("audit", help="one-run privacy audit (Steinke et al. 2023): an ε lower bound")
     auditing.add_argument("--method", required=True)
     auditing.add_argument("--task", required=True)
@@ -180,7 +206,7 @@ def _add_audit_parsers(commands) -> None:
     auditing.add_argument("--delta", type=float)
     auditing.add_argument("--seed", type=int, default=0, help="draws the run and the canaries")
     auditing.add_argument("--canaries", type=int, default=1000, help="m, each in the data with probability 1/2")
-    auditing.add_argument("--threat-model", choices=audit.THREAT_MODELS, default="white-box",
+    auditing.add_argument("--threat-model", choices=THREAT_MODELS, default="white-box",
                           help="white-box: the parameters after every step; black-box: the final model")
     auditing.add_argument("--epochs", type=_positive_int)
     auditing.add_argument("--batch-size", type=_positive_int)
@@ -203,6 +229,7 @@ def _add_audit_parsers(commands) -> None:
 
 
 def _audit(args: argparse.Namespace) -> int:
+    _check_request(args)
     from dpbench import audit
 
     overrides = {key: value for key, value in [("epochs", args.epochs), ("batch_size", args.batch_size),
@@ -272,6 +299,8 @@ def _federated_summary(record: dict[str, Any]) -> str:
 
 
 def _privacy(args: argparse.Namespace) -> dict[str, Any]:
+    from dpbench.privacy import GaussianReleases, calibrate_noise_multiplier, check_relation
+
     if not 0 < args.sample_rate <= 1:
         raise UsageError(f"sample rate must lie in (0, 1], got {args.sample_rate}")
     if not 0 < args.delta < 1:
@@ -313,6 +342,8 @@ def _summary(record: dict[str, Any]) -> str:
         lines.append("  privacy: none (non-private baseline)")
     metrics = ", ".join(f"{k} = {v:.4f}" for k, v in record["metrics"].items())
     lines.append(f"  {record['steps']} steps in {record['train_seconds']:.1f} s; {metrics}")
+    from dpbench import store
+
     lines.append(f"  run {record['run_id']} stored in {store.default_path()} (dpbench show {record['run_id']})")
     return "\n".join(lines)
 
@@ -356,9 +387,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"ε = {result['epsilon']:.6g}, σ = {result['noise_multiplier']:.6g} "
                   f"(q = {args.sample_rate}, {args.steps} steps, δ = {args.delta}, {args.accountant})")
         elif args.command == "sweep":
+            from dpbench import sweep
+
             counts = sweep.run_grid(sweep.load_grid(args.grid), args.workers)
             print(", ".join(f"{count} {what}" for what, count in counts.items()))
         elif args.command == "leaderboard" and args.check:
+            from dpbench import leaderboard
+
             problems = leaderboard.run_check(args.task, args.from_wandb, args.records, args.exceptions)
             for line in problems:
                 print(line)
@@ -369,8 +404,13 @@ def main(argv: list[str] | None = None) -> int:
             record = _federated(args)
             print(json.dumps(record) if args.json else _federated_summary(record))
         elif args.command == "leaderboard":
+            from dpbench import leaderboard
+
             leaderboard.write(args.format, args.task, args.out, args.from_wandb, args.records)
         elif args.command == "tune":
+            _check_request(args)
+            from dpbench import search, tuning
+
             overrides = {key: value for key, value in [("epochs", args.epochs), ("batch_size", args.batch_size)]
                          if value is not None}
             overrides.update(_settings(args.set))
@@ -390,15 +430,18 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "verify":
             return _verify(args)
         elif args.command == "runs":
+            from dpbench import browse
+
             print(browse.runs_table(args.task, args.method, args.limit))
         elif args.command == "show":
+            from dpbench import browse
+
             print(browse.show_text(args.run_id))
         elif args.command == "list":
-            folders = registry.plugin_dirs(args.plugins)
-            found = registry.methods(folders) if args.what == "methods" else registry.tasks(folders)
+            found = _names(args.what[:-1], args.plugins)
             width = max(map(len, found))
-            for name, cls in found.items():
-                print(f"{name:<{width}}  {cls.description}")
+            for name, description in found.items():
+                print(f"{name:<{width}}  {description}")
         else:
             overrides = {key: value for key, value in
                          [("epochs", args.epochs), ("batch_size", args.batch_size), ("lr", args.lr),
@@ -407,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.resume and args.checkpoint_dir and args.resume != args.checkpoint_dir:
                 raise UsageError("--resume continues writing checkpoints to its own folder: give --checkpoint-dir "
                                  "the same folder or leave it out")
+            _check_request(args)
+            from dpbench import engine
+
             spec = engine.RunSpec(
                 method=args.method, task=args.task, epsilon=args.epsilon, noise_multiplier=args.noise_multiplier,
                 delta=args.delta, seed=args.seed, overrides=overrides, profile=args.profile, sampler=args.sampler,
@@ -417,12 +463,12 @@ def main(argv: list[str] | None = None) -> int:
                 wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, no_wandb=args.no_wandb)
             record = engine.run(spec)
             print(json.dumps(record) if args.json else _summary(record))
-    except (UsageError, DataError, registry.RegistryError) as error:
+    except (UsageError, DataError, RegistryError) as error:
         return _refuse(error)
-    except tuning.TuningError as error:
+    except TuningError as error:
         print(f"dpbench: {error}", file=sys.stderr)
         return 1
-    except guards.PrivacyCheckFailed as error:
+    except PrivacyCheckFailed as error:
         print(f"dpbench: refused, nothing recorded: {error}", file=sys.stderr)
         return 1
     return 0

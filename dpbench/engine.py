@@ -23,7 +23,10 @@ from lightning_fabric.utilities.exceptions import MisconfigurationException
 from torch.utils.data import DataLoader
 
 from dpbench import guards, records, registry, store, streams, tracking
+from dpbench.checks import check_budget, check_finite, check_seed
+from dpbench.choices import CLIPPING
 from dpbench.clipping import PerExampleClipper, Transform, VmapClipper
+from dpbench.errors import UsageError
 from dpbench.ghost import make_clipper
 from dpbench.method import GradientMechanism, Method, ReleaseMethod
 from dpbench.noise import GAUSSIAN_SAMPLERS as NOISE, GaussianNoise
@@ -34,10 +37,6 @@ from dpbench.task import Task, TaskData
 
 #: Hyperparameters the engine itself uses; tasks override them, then the command line.
 ENGINE_DEFAULTS: dict[str, Any] = {"epochs": 10, "batch_size": 64, "clip": 1.0}
-
-
-class UsageError(Exception):
-    """Bad input: the run is refused before anything is written."""
 
 
 @dataclass
@@ -91,13 +90,11 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
                 value = float(value)
         except ValueError:
             raise UsageError(f"{key}={value!r} is not a valid {type(default).__name__}") from None
-    if isinstance(value, float) and not math.isfinite(value):
-        raise UsageError(f"{key} must be a finite number, got {value}")
+    check_finite(key, value)
     return value
 
 
 BUDGET_KEYS = ("epsilon", "noise_multiplier", "delta")
-CLIPPING = ("fast", "reference")
 
 
 def profile_settings(task: type[Task], method_name: str, profile: str | None) -> dict[str, Any]:
@@ -266,25 +263,13 @@ class PrivateTraining(pl.LightningModule):
         self.log_dict(self.test_metrics, prog_bar=True)
 
 
-def check_seed(seed: Any) -> None:
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= streams.MAX_SEED:
-        raise UsageError(f"seed must be a whole number from 0 to 2^63 - 1, got {seed}")
-
-
 def _check_budget(spec: RunSpec, method: type[Method]) -> None:
     check_seed(spec.seed)
     if not method.private:
         if spec.epsilon is not None or spec.noise_multiplier is not None:
             raise UsageError(f"{method.name} is not private: it takes neither --epsilon nor --noise-multiplier")
         return
-    if spec.epsilon is not None and spec.noise_multiplier is not None:
-        raise UsageError("give either --epsilon or --noise-multiplier, not both")
-    if spec.epsilon is not None and not (math.isfinite(spec.epsilon) and spec.epsilon > 0):
-        raise UsageError(f"epsilon must be a finite number > 0, got {spec.epsilon}")
-    if spec.noise_multiplier is not None and not (math.isfinite(spec.noise_multiplier) and spec.noise_multiplier > 0):
-        raise UsageError(f"noise multiplier must be a finite number > 0, got {spec.noise_multiplier}")
-    if spec.delta is not None and not 0 < spec.delta < 1:
-        raise UsageError(f"delta must lie in (0, 1), got {spec.delta}")
+    check_budget(spec.epsilon, spec.noise_multiplier, spec.delta)
     if spec.accountant not in ACCOUNTANTS:
         raise UsageError(f"unknown accountant {spec.accountant!r}; choose one of {', '.join(ACCOUNTANTS)}")
 

@@ -19,13 +19,10 @@ import torch
 from scipy import stats
 from torch import nn
 
+from dpbench.errors import PrivacyCheckFailed
 from dpbench.task import Task
 
 SAMPLING_TAIL = 1e-20
-
-
-class PrivacyCheckFailed(RuntimeError):
-    """A run is inconsistent with what its record would claim; nothing is recorded."""
 
 
 def refuse_example_mixing(task: Task, public_inputs: torch.Tensor) -> None:

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from dpbench import store, tracking
+from dpbench.choices import BOARD_FORMATS
 from dpbench.engine import UsageError
 from dpbench.leaderboard_check import check, load_exceptions
 from dpbench.leaderboard_model import build_tables, unmatched_published
 from dpbench.leaderboard_text import to_csv, to_markdown
 from dpbench.records import LEDGER_VERSION, check_stored
 
-FORMATS = ("md", "html", "csv", "jsonl")
+FORMATS = BOARD_FORMATS
 
 
 def render(records: list[dict[str, Any]], fmt: str, task: str | None = None) -> str:

@@ -29,7 +29,7 @@ except ImportError:  # built without a C compiler
 from dpbench import streams
 
 #: ``fast``: dpbench's sampler on the CPU, PyTorch's elsewhere; ``torch``: PyTorch's everywhere.
-GAUSSIAN_SAMPLERS = ("fast", "torch")
+from dpbench.choices import GAUSSIAN_SAMPLERS  # noqa: E402 (the choices live in one light module)
 PHILOX = "philox4x32-10 + box-muller, float32 (dpbench._philox)"
 
 

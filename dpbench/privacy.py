@@ -31,13 +31,11 @@ import numpy as np
 from dp_accounting import pld, rdp
 
 from dpbench import cache
+from dpbench.choices import ACCOUNTANTS, NEIGHBOURING, SAMPLERS
 
-ACCOUNTANTS = ("pld", "rdp")
 #: The most noisy releases accounted in one run: dp-accounting's PLD accountant holds the composed distribution in
 #: memory, which grows with the count (10^7 releases at q = 0.01, σ = 1: 0.8 GB and 18 s; 10^9: killed at 24 GB).
 MAX_RELEASES = 10**7
-SAMPLERS = ("poisson", "shuffle")
-NEIGHBOURING = ("add-remove", "replace-one")
 RELATIONS = {"add-remove": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
              "replace-one": dp_accounting.NeighboringRelation.REPLACE_ONE}
 

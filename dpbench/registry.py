@@ -22,12 +22,9 @@ from types import ModuleType
 
 import dpbench.methods
 import dpbench.tasks
+from dpbench.errors import RegistryError
 from dpbench.method import Method
 from dpbench.task import Task
-
-
-class RegistryError(Exception):
-    pass
 
 
 def _classes_in(module: ModuleType, base: type) -> list[type]:

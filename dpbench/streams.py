@@ -15,6 +15,8 @@ import hashlib
 import numpy as np
 import torch
 
+from dpbench.checks import MAX_SEED
+
 #: Every purpose the engine draws for, with what it drives. Tasks may add their own as ``task:<name>``.
 PURPOSES = {
     "init": "the global torch generator while the task builds its model (initial weights)",
@@ -42,7 +44,6 @@ PURPOSES = {
     "audit-inclusion": "the audit's coin per canary: in the training data with probability 1/2 (dpbench.audit)",
     "audit-canaries": "the audit's canary labels (dpbench.audit)",
 }
-MAX_SEED = 2**63 - 1
 
 
 def _code(purpose: str) -> int:

@@ -63,7 +63,9 @@ import torch
 
 from dpbench import engine, multiseed, records, search, store, streams, tracking
 from dpbench.data import dpbench_home
+from dpbench.choices import SEARCH_SAMPLERS, TUNING_MODES
 from dpbench.engine import UsageError
+from dpbench.errors import TuningError
 from dpbench.method import Method, ReleaseMethod
 from dpbench.privacy import NEIGHBOURING
 from dpbench.release import resolve_hyperparameters as release_hyperparameters
@@ -71,8 +73,7 @@ from dpbench.task import Task
 from dpbench.tuning_privacy import (K_DISTRIBUTIONS, TrialMechanism, ValidationSplit, calibrate_trial_noise, draw_k,
                                     k_distribution, score_noise_multiplier, total_epsilon, trial_epsilon)
 
-MODES = ("random-stopping", "adaptive", "oracle")
-SAMPLERS = ("random", "tpe", "qmc")
+MODES, SAMPLERS = TUNING_MODES, SEARCH_SAMPLERS
 #: The samplers each mode allows, its default first: random-stopping needs i.i.d. trials.
 MODE_SAMPLERS = {"random-stopping": ("random",), "adaptive": ("tpe", "qmc", "random"), "oracle": ("random", "qmc")}
 #: Fixed by the schedule, not by the search: every trial must run the same mechanism (one RDP curve for all).
@@ -82,10 +83,6 @@ MAX_TRIALS = 1000
 _RELEASED = sqlalchemy.Table("dpbench_released", sqlalchemy.MetaData(),
                              sqlalchemy.Column("study_name", sqlalchemy.String(512), primary_key=True),
                              sqlalchemy.Column("record", sqlalchemy.Text, nullable=False))
-
-
-class TuningError(Exception):
-    """The study cannot release anything (e.g. all its trials failed, or K = 0 was drawn)."""
 
 
 @dataclass

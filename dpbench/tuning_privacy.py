@@ -51,11 +51,11 @@ from dp_accounting import rdp
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpbench import cache, streams
+from dpbench.choices import K_DISTRIBUTIONS
 from dpbench.privacy import rdp_curve
 from dpbench.task import Task, TaskData
 
 ORDERS = np.asarray(rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
-K_DISTRIBUTIONS = ("negative-binomial", "poisson")
 
 
 # ---- the distribution of K (Papernot & Steinke, Definition 1 and Theorem 6) ------------------------------------

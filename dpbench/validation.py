@@ -53,14 +53,16 @@ def search_space(method: type[Method], task: type[Task]) -> dict[str, dict[str, 
 
 def run_cell(task: str, method: str, epsilon: float | None, seeds: list[int], settings: TrackSettings = TrackSettings(),
              neighbouring: str | None = None, plugins: list[str] | None = None,
-             on_done: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
-    """The validation track of one cell: its trials, then the selected configuration with every seed (stored)."""
-    plugins = plugins or []
+             on_done: Callable[[int], None] | None = None,
+             fixed: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The validation track of one cell: its trials, then the selected configuration with every seed (stored).
+    ``fixed``: hyperparameters set for every trial and run, outside the search (e.g. ADADP's ``variant``)."""
+    plugins, fixed = plugins or [], fixed or {}
     method_class, task_class = engine.registered(method, task, plugins)
-    space = search_space(method_class, task_class)
+    space = {name: value for name, value in search_space(method_class, task_class).items() if name not in fixed}
     drawn = search.draws(space, settings.trials, settings.seed, "validation-search") if space else [{}]
     config = {"mode": "validation", "trials": settings.trials if space else 0, "search_space": space,
-              "validation_fraction": settings.fraction, "seed": settings.seed}
+              "validation_fraction": settings.fraction, "seed": settings.seed, **({"fixed": fixed} if fixed else {})}
     common = dict(method=method, task=task, epsilon=epsilon, neighbouring=neighbouring, plugins=plugins,
                   progress_bar=False, no_wandb=True)
     selected: dict[str, Any] = {}
@@ -68,7 +70,7 @@ def run_cell(task: str, method: str, epsilon: float | None, seeds: list[int], se
     if space:
         split = ValidationSplit(settings.fraction, settings.seed, 0.0, 0, purpose="validation-split")
         trials = [RunSpec(**common, seed=streams.child_seed(settings.seed, "validation-trial", index),
-                          overrides=params, validation=split, append_to_store=False)
+                          overrides={**fixed, **params}, validation=split, append_to_store=False)
                   for index, params in enumerate(drawn)]
         scored = [(-math.inf if record is None else record["validation"]["accuracy"], -index, index)
                   for index, record in enumerate(multiseed.run_many(trials, on_done))]
@@ -78,7 +80,7 @@ def run_cell(task: str, method: str, epsilon: float | None, seeds: list[int], se
         selected, score = drawn[best[2]], best[0]
     tuning = {"mode": "validation", "private": False, "selected_by": NOT_CHARGED, "selected_params": selected,
               "selected_score": score, "config": config}
-    finals = [RunSpec(**common, seed=seed, overrides=selected, tuning=tuning) for seed in seeds]
+    finals = [RunSpec(**common, seed=seed, overrides={**fixed, **selected}, tuning=tuning) for seed in seeds]
     records = multiseed.run_many(finals)
     if on_done:
         on_done(len(seeds))

