@@ -148,6 +148,13 @@ def main() -> int:
     chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
     outcomes = []
     print(f"{len(chosen)} mutants; privacy tests: {' '.join(PRIVACY_TESTS)}", file=sys.stderr)
+    # A mutant counts as caught when the privacy tests fail: they must pass without it, or every mutant is "caught".
+    started = time.perf_counter()
+    baseline = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PRIVACY_TESTS],
+                              cwd=REPO, capture_output=True, text=True, timeout=args.timeout)
+    if baseline.returncode != 0:
+        raise SystemExit(f"the privacy tests fail without any mutant ({_first_failure(baseline.stdout)}): fix that first")
+    print(f"baseline: the privacy tests pass in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     for index, mutant in enumerate(chosen, 1):
         outcome = run_mutant(mutant, PRIVACY_TESTS, args.timeout)
         outcomes.append(outcome)

@@ -18,7 +18,7 @@ def runs_table(task: str | None = None, method: str | None = None, limit: int | 
     found = store.load(kind=None, **where)
     if not found:
         raise UsageError(f"no runs{' matching ' + ', '.join(f'{k}={v}' for k, v in where.items()) if where else ''}"
-                         f" in {store.default_path()}")
+                         f" in {store.describe()}")
     shown = found[-limit:] if limit else found
     lines = [f"{'run':16}  {'created':25}  {'task':14}  {'method':20}  {'track':15}  {'ε target':>8}  "
              f"{'ε spent':>8}  {'seed':>4}  metric"]
@@ -41,7 +41,7 @@ def show(run_id: str) -> dict[str, Any]:
     """The stored record whose id is ``run_id`` or starts with it (a unique prefix)."""
     matches = [record for record in store.load(kind=None) if record["run_id"].startswith(run_id)]
     if not matches:
-        raise UsageError(f"no run {run_id!r} in {store.default_path()}")
+        raise UsageError(f"no run {run_id!r} in {store.describe()}")
     if len(matches) > 1:
         raise UsageError(f"{run_id!r} matches {len(matches)} runs: {', '.join(r['run_id'] for r in matches[:5])}")
     return matches[0]

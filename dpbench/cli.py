@@ -7,6 +7,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 from typing import Any
 
@@ -86,6 +87,9 @@ def _refuse(error: Exception) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dpbench", description="Benchmark differentially private optimizers.")
+    parser.add_argument("--store", metavar="URL",
+                        help="the results store: a SQLAlchemy URL, e.g. postgresql://user@host/db (also: DPBENCH_STORE; "
+                             "default: results.sqlite under DPBENCH_HOME)")
     parser.add_argument("--plugins", dest="global_plugins", action="append", default=[], metavar="DIR",
                         help="a folder of method/task plugins, for any command (also after the command)")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -180,7 +184,10 @@ def _parser() -> argparse.ArgumentParser:
     sweep_parser.add_argument("grid", help="JSON file: {\"tasks\": [...], \"methods\": [...], \"epsilons\": [...], "
                                            "\"seeds\": N}")
     sweep_parser.add_argument("--workers", type=_positive_int, default=1,
-                              help="train this many cells at once in worker processes (default 1)")
+                              help="train this many cells at once on a local Dask cluster of processes (default 1: "
+                                   "in this process)")
+    sweep_parser.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                              help="send the cells to this Dask scheduler's workers instead")
 
     board = commands.add_parser("leaderboard", help="tables (methods × ε) and plots from the local results store")
     board.add_argument("--task", help="only this task")
@@ -344,7 +351,7 @@ def _summary(record: dict[str, Any]) -> str:
     lines.append(f"  {record['steps']} steps in {record['train_seconds']:.1f} s; {metrics}")
     from dpbench import store
 
-    lines.append(f"  run {record['run_id']} stored in {store.default_path()} (dpbench show {record['run_id']})")
+    lines.append(f"  run {record['run_id']} stored in {store.describe()} (dpbench show {record['run_id']})")
     return "\n".join(lines)
 
 
@@ -376,6 +383,10 @@ def main(argv: list[str] | None = None) -> int:
         args.plugins = [*args.global_plugins, *args.plugins]
     elif args.global_plugins:
         return _refuse(UsageError(f"dpbench {args.command} takes no plugins"))
+    if args.store is not None:
+        if not args.store.strip():
+            return _refuse(UsageError("--store needs a URL (or a SQLite file's path)"))
+        os.environ["DPBENCH_STORE"] = args.store  # read by dpbench.store here and in the sweep's worker processes
     allocator.keep_freed_memory()  # speed only: a step's large tensors are not page-faulted in again every step
     # Lightning's informational lines would mix with --json output on stdout.
     logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
@@ -389,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "sweep":
             from dpbench import sweep
 
-            counts = sweep.run_grid(sweep.load_grid(args.grid), args.workers)
+            counts = sweep.run_grid(sweep.load_grid(args.grid), args.workers, scheduler=args.scheduler)
             print(", ".join(f"{count} {what}" for what, count in counts.items()))
         elif args.command == "leaderboard" and args.check:
             from dpbench import leaderboard

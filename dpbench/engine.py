@@ -24,12 +24,12 @@ from torch.utils.data import DataLoader
 
 from dpbench import guards, records, registry, store, streams, tracking
 from dpbench.checks import check_budget, check_finite, check_seed
-from dpbench.choices import CLIPPING
+from dpbench.choices import CLIPPING, GAUSSIAN_SAMPLERS as NOISE
 from dpbench.clipping import PerExampleClipper, Transform, VmapClipper
 from dpbench.errors import UsageError
 from dpbench.ghost import make_clipper
 from dpbench.method import GradientMechanism, Method, ReleaseMethod
-from dpbench.noise import GAUSSIAN_SAMPLERS as NOISE, GaussianNoise
+from dpbench.noise import GaussianNoise
 from dpbench.privacy import (ACCOUNTANTS, SAMPLERS, GaussianReleases, calibrate_noise_multiplier, check_relation,
                              default_relation, event_fields, logged_epsilon)
 from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler

@@ -81,7 +81,7 @@ def _load(task: str | None, wandb_path: str | None, records_path: str | None) ->
                         for i, r in enumerate(logged)}.values())
         source = f"W&B project {wandb_path}"
     else:
-        records, source = store.load(kind=None), str(store.default_path())
+        records, source = store.load(kind=None), str(store.describe())
     for record in records:
         if not isinstance(record, dict):
             raise UsageError(f"{source}: a record is not an object: {str(record)[:80]}")

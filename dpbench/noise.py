@@ -28,8 +28,8 @@ except ImportError:  # built without a C compiler
 
 from dpbench import streams
 
-#: ``fast``: dpbench's sampler on the CPU, PyTorch's elsewhere; ``torch``: PyTorch's everywhere.
-from dpbench.choices import GAUSSIAN_SAMPLERS  # noqa: E402 (the choices live in one light module)
+#: The samplers (``dpbench.choices.GAUSSIAN_SAMPLERS``): ``fast``, dpbench's on the CPU and PyTorch's elsewhere;
+#: ``torch``, PyTorch's everywhere.
 PHILOX = "philox4x32-10 + box-muller, float32 (dpbench._philox)"
 
 

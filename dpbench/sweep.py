@@ -18,15 +18,20 @@ optional. The tracks, every method treated alike:
 Non-private methods run once per seed, not once per ε. A cell's runs train as one batched computation where
 :mod:`dpbench.multiseed` applies (seeds; a cell's trials; the trials of all its tuning seeds), with the records of
 separate runs. A stored record counts only if it has the identity a run would have now (settings, code, ledger
-version: :func:`dpbench.engine.identity`). Cells run in this process or in ``--workers`` processes; the
-full-data methods, the longest jobs, start first. One progress bar with an ETA runs over all cells.
+version: :func:`dpbench.engine.identity`). Cells run in this process, on a Dask ``LocalCluster`` of ``--workers``
+processes, or on an existing Dask cluster (``--scheduler tcp://host:port``: dask-jobqueue on Slurm/PBS,
+dask-kubernetes, or ``dask scheduler`` and ``dask worker`` started by hand); the full-data methods, the longest jobs,
+start first. Workers send records back and this process stores them. One progress bar with an ETA runs over all
+cells.
+
+Dask distributed, not Ray: the workload is many short CPU jobs whose results are small records, Dask's scheduler is
+pure Python and costs little on a laptop, and dask-jobqueue reaches the batch clusters research groups have.
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
-import multiprocessing
 import os
 import sys
 from dataclasses import dataclass, replace
@@ -34,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from distributed.diagnostics.plugin import WorkerPlugin
 from tqdm import tqdm
 
 from dpbench import allocator, engine, multiseed, registry, store, tuning, validation
@@ -116,7 +122,7 @@ def _tune_specs(cell: Cell, seeds: tuple[int, ...]) -> list[tuning.TuneSpec]:
     return [tuning.TuneSpec(method=cell.method, task=cell.task, epsilon=cell.epsilon, mode="random-stopping",
                             trials=cell.trials, neighbouring=cell.neighbouring or "add-remove", seed=seed,
                             split_seed=0, study=f"sweep-{cell.task}-{cell.method}-eps{cell.epsilon:g}-seed{seed}-{digest}",
-                            no_wandb=True)
+                            no_wandb=True, append_to_store=False)
             for seed in seeds]
 
 
@@ -141,18 +147,21 @@ def identity(cell: Cell) -> str:
 
 
 def run_cell(cell: Cell) -> tuple[Cell, list[dict[str, Any]], str | None]:
-    """Run one cell's pending seeds; returns (the cell, its records, the refusal if refused)."""
+    """Run one cell's pending seeds; returns (the cell, its records, the refusal if refused). Nothing is stored
+    here: the caller (the sweep's client) stores the records, so that workers on other machines need no shared
+    disk and a cell run twice (its worker died) is stored once."""
     try:
         if cell.track == "none":
             spec = RunSpec(method=cell.method, task=cell.task, epsilon=cell.epsilon, neighbouring=cell.neighbouring,
-                           progress_bar=False, no_wandb=True)
+                           progress_bar=False, no_wandb=True, append_to_store=False)
             try:
                 return cell, multiseed.run_seeds(spec, list(cell.seeds)), None
             except multiseed.NotBatchable:
                 return cell, [engine.run(replace(spec, seed=seed)) for seed in cell.seeds], None
         if cell.track == "validation":
             return cell, validation.run_cell(cell.task, cell.method, cell.epsilon, list(cell.seeds),
-                                             validation.TrackSettings(cell.trials), cell.neighbouring), None
+                                             validation.TrackSettings(cell.trials), cell.neighbouring,
+                                             append_to_store=False), None
         return cell, tuning.tune_together(_tune_specs(cell, cell.seeds)), None
     except (UsageError, tuning.TuningError) as error:
         return cell, [], str(error)
@@ -175,7 +184,7 @@ def _stored() -> set[tuple[str, int]]:
         try:
             check_stored(record)
         except ValueError as error:
-            raise UsageError(f"{store.default_path()}: {error}") from None
+            raise UsageError(f"{store.describe()}: {error}") from None
     return {(engine.identity(r), r["seed"]) for r in records}
 
 
@@ -203,22 +212,55 @@ def pending(grid: dict[str, Any]) -> tuple[list[Cell], int, dict[Cell, str]]:
     return jobs, done, refused
 
 
-def _init_worker(threads: int) -> None:
-    torch.set_num_threads(threads)
-    allocator.keep_freed_memory()  # as the ``dpbench`` command does in its own process
+class _WorkerSetup(WorkerPlugin):
+    """A Dask worker plugin: each worker process (also one started after another died) trains with an equal share of
+    the machine's cores as torch threads and keeps freed memory, as the ``dpbench`` command does."""
+
+    name = "dpbench-worker-setup"
+
+    def __init__(self, threads: int):
+        self.threads = threads
+
+    def setup(self, worker) -> None:
+        torch.set_num_threads(self.threads)
+        allocator.keep_freed_memory()
 
 
-def run_grid(grid: dict[str, Any], workers: int = 1, progress: bool = True) -> dict[str, int]:
+def _cluster(stack: contextlib.ExitStack, workers: int, scheduler: str | None):
+    """A Dask client: of the cluster at ``scheduler``, or of a LocalCluster of ``workers`` processes."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    if scheduler:
+        try:
+            client = stack.enter_context(Client(scheduler, timeout="30s"))
+        except (OSError, TimeoutError, ValueError) as error:
+            raise UsageError(f"cannot reach the Dask scheduler {scheduler}: {error}") from None
+        threads = 1  # one torch thread per task: a remote worker's cores are its own business (--nthreads)
+    else:
+        stack.enter_context(dask.config.set({"distributed.worker.daemon": False, "logging.distributed": "error"}))
+        cluster = stack.enter_context(LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                                   memory_limit=0, dashboard_address=None))
+        client = stack.enter_context(Client(cluster))
+        threads = max(1, (os.cpu_count() or 1) // workers)
+    client.register_plugin(_WorkerSetup(threads))
+    return client
+
+
+def run_grid(grid: dict[str, Any], workers: int = 1, progress: bool = True,
+             scheduler: str | None = None) -> dict[str, int]:
     """Run every cell not yet stored; returns counts of runs done, already stored and refused.
 
-    ``workers`` > 1 runs that many cells at once in worker processes (the store is SQLite: safe to append from
-    several), each with an equal share of the CPU cores as torch threads; results are as with one worker.
+    ``workers`` > 1 runs that many cells at once on a Dask ``LocalCluster`` of worker processes, each with an equal
+    share of the CPU cores as torch threads; ``scheduler`` (``tcp://host:port``) sends the cells to an existing
+    Dask cluster instead. Workers return records; this process stores them (workers need no shared disk), so a
+    cell whose worker died and that Dask ran again elsewhere is stored once. Results are as with one worker.
     """
     known_methods, known_tasks = registry.methods(), registry.tasks()
     unknown = [m for m in grid["methods"] if m not in known_methods] + [t for t in grid["tasks"] if t not in known_tasks]
     if unknown:
         raise UsageError(f"unknown methods or tasks in the grid: {', '.join(unknown)}")
-    if not 1 <= workers <= max(2, os.cpu_count() or 1):  # each worker process holds its own PyTorch
+    if not scheduler and not 1 <= workers <= max(2, os.cpu_count() or 1):  # each worker process holds its PyTorch
         raise UsageError(f"workers must lie in 1..{max(2, os.cpu_count() or 1)} (the CPU cores), got {workers}")
     jobs, done, refused = pending(grid)
     counts = {"ran": 0, "already stored": done, "refused": sum(len(cell.seeds) for cell in refused)}
@@ -232,13 +274,16 @@ def run_grid(grid: dict[str, Any], workers: int = 1, progress: bool = True) -> d
     for cell, reason in refused.items():
         report(cell, reason)
     with contextlib.ExitStack() as stack:
-        if workers == 1:
+        if workers == 1 and not scheduler:
             results = map(run_cell, jobs)
+        elif jobs:
+            from distributed import as_completed
+
+            client = _cluster(stack, workers, scheduler)
+            futures = [client.submit(run_cell, cell, pure=False) for cell in jobs]
+            results = (future.result() for future in as_completed(futures))
         else:
-            threads = max(1, (os.cpu_count() or 1) // workers)
-            pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(
-                workers, initializer=_init_worker, initargs=(threads,)))
-            results = pool.imap_unordered(run_cell, jobs)
+            results = iter(())
         bar = stack.enter_context(tqdm(total=len(jobs), desc="sweep", unit="cell", disable=not progress,
                                        file=sys.stderr, dynamic_ncols=True))
         for cell, finished, refusal in results:
@@ -247,6 +292,8 @@ def run_grid(grid: dict[str, Any], workers: int = 1, progress: bool = True) -> d
                 report(cell, refusal)
                 counts["refused"] += len(cell.seeds)
                 continue
+            for record in finished:
+                store.append(record)
             counts["ran"] += len(finished)
             metric = next(iter(finished[0]["metrics"].items())) if finished else ("", float("nan"))
             bar.set_postfix_str(f"{cell.label()}: {metric[0]}={metric[1]:.4f}", refresh=False)

@@ -63,14 +63,14 @@ import torch
 
 from dpbench import engine, multiseed, records, search, store, streams, tracking
 from dpbench.data import dpbench_home
-from dpbench.choices import SEARCH_SAMPLERS, TUNING_MODES
+from dpbench.choices import K_DISTRIBUTIONS, SEARCH_SAMPLERS, TUNING_MODES
 from dpbench.engine import UsageError
 from dpbench.errors import TuningError
 from dpbench.method import Method, ReleaseMethod
 from dpbench.privacy import NEIGHBOURING
 from dpbench.release import resolve_hyperparameters as release_hyperparameters
 from dpbench.task import Task
-from dpbench.tuning_privacy import (K_DISTRIBUTIONS, TrialMechanism, ValidationSplit, calibrate_trial_noise, draw_k,
+from dpbench.tuning_privacy import (TrialMechanism, ValidationSplit, calibrate_trial_noise, draw_k,
                                     k_distribution, score_noise_multiplier, total_epsilon, trial_epsilon)
 
 MODES, SAMPLERS = TUNING_MODES, SEARCH_SAMPLERS
@@ -109,6 +109,7 @@ class TuneSpec:
     heartbeat_interval: int = 10
     plugins: list[str] = field(default_factory=list)
     store_path: Path | None = None
+    append_to_store: bool = True  # False: the caller stores the released record (dpbench sweep's client)
     wandb_project: str | None = None
     wandb_entity: str | None = None
     no_wandb: bool = False
@@ -620,7 +621,8 @@ def _release(plan_: Plan, url: str, study: optuna.Study, name: str) -> dict[str,
         settings = tracking.wandb_settings(spec.wandb_project, spec.wandb_entity, spec.no_wandb)
         if settings:
             tracking.finish(tracking.start_run(settings, {k: v for k, v in record.items() if k != "metrics"}), record)
-        store.append(record, spec.store_path)
+        if spec.append_to_store:
+            store.append(record, spec.store_path)
     return record
 
 

@@ -51,7 +51,6 @@ from dp_accounting import rdp
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpbench import cache, streams
-from dpbench.choices import K_DISTRIBUTIONS
 from dpbench.privacy import rdp_curve
 from dpbench.task import Task, TaskData
 

@@ -54,9 +54,10 @@ def search_space(method: type[Method], task: type[Task]) -> dict[str, dict[str, 
 def run_cell(task: str, method: str, epsilon: float | None, seeds: list[int], settings: TrackSettings = TrackSettings(),
              neighbouring: str | None = None, plugins: list[str] | None = None,
              on_done: Callable[[int], None] | None = None,
-             fixed: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """The validation track of one cell: its trials, then the selected configuration with every seed (stored).
-    ``fixed``: hyperparameters set for every trial and run, outside the search (e.g. ADADP's ``variant``)."""
+             fixed: dict[str, Any] | None = None, append_to_store: bool = True) -> list[dict[str, Any]]:
+    """The validation track of one cell: its trials, then the selected configuration with every seed (stored unless
+    ``append_to_store`` is False). ``fixed``: hyperparameters set for every trial and run, outside the search (e.g.
+    ADADP's ``variant``)."""
     plugins, fixed = plugins or [], fixed or {}
     method_class, task_class = engine.registered(method, task, plugins)
     space = {name: value for name, value in search_space(method_class, task_class).items() if name not in fixed}
@@ -80,7 +81,8 @@ def run_cell(task: str, method: str, epsilon: float | None, seeds: list[int], se
         selected, score = drawn[best[2]], best[0]
     tuning = {"mode": "validation", "private": False, "selected_by": NOT_CHARGED, "selected_params": selected,
               "selected_score": score, "config": config}
-    finals = [RunSpec(**common, seed=seed, overrides={**fixed, **selected}, tuning=tuning) for seed in seeds]
+    finals = [RunSpec(**common, seed=seed, overrides={**fixed, **selected}, tuning=tuning,
+                      append_to_store=append_to_store) for seed in seeds]
     records = multiseed.run_many(finals)
     if on_done:
         on_done(len(seeds))

@@ -1,4 +1,11 @@
+import glob
 import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +19,7 @@ def isolated_home(tmp_path, monkeypatch):
     """Every test gets its own results store and download cache; no user plugins leak in."""
     monkeypatch.setenv("DPBENCH_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("DPBENCH_PLUGINS", raising=False)
+    monkeypatch.delenv("DPBENCH_STORE", raising=False)
     monkeypatch.delenv("DPBENCH_MIRROR", raising=False)
     for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY"):
         monkeypatch.delenv(name, raising=False)
@@ -41,3 +49,54 @@ def mirror(monkeypatch):
         pytest.skip(f"no dataset mirror at {MIRROR} (set DPBENCH_TEST_MIRROR)")
     monkeypatch.setenv("DPBENCH_MIRROR", str(MIRROR))
     return MIRROR
+
+
+# ---- a throwaway PostgreSQL server (tests of shared tuning studies and of the shared results store) -------------
+
+def server_binaries() -> Path:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"), key=lambda p: int(Path(p).parts[-3]))
+    if found:
+        return Path(found[-1]).parent
+    on_path = shutil.which("postgres")
+    if on_path:
+        return Path(on_path).parent
+    pytest.fail("PostgreSQL server binaries not found (install Debian's postgresql package, as .ci/run does)")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def postgres_url():
+    import sqlalchemy
+
+    bindir = server_binaries()
+    folder = Path(tempfile.mkdtemp(prefix="dpbench-pg-"))  # not under pytest's root-only tmp folders
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(folder, "postgres", "postgres")
+        as_user = ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups"]
+    data = folder / "data"
+    subprocess.run([*as_user, bindir / "initdb", "-D", data, "-U", "dpbench", "-A", "trust", "--no-sync"],
+                   check=True, capture_output=True)
+    port = free_port()
+    server = subprocess.Popen([*as_user, bindir / "postgres", "-D", data, "-h", "127.0.0.1", "-p", str(port),
+                               "-k", folder, "-F"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"postgresql+psycopg2://dpbench@127.0.0.1:{port}/postgres"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            sqlalchemy.create_engine(url).connect().close()
+            break
+        except sqlalchemy.exc.OperationalError:  # not accepting connections yet
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                pytest.fail("the PostgreSQL test server did not start")
+            time.sleep(0.2)
+    yield url
+    server.send_signal(signal.SIGINT)  # fast shutdown
+    server.wait(timeout=60)
+    shutil.rmtree(folder, ignore_errors=True)

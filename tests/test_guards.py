@@ -4,7 +4,6 @@ refused after it. The wiring tests follow each example index from the sampler to
 computed from, on every path that trains: one run, batched seeds and tuning trials."""
 import json
 import math
-import textwrap
 from collections import Counter
 
 import pytest

@@ -2,7 +2,6 @@
 
 The attacks of the privacy review are kept as tests: with the sampler seeded by the run seed itself, the initial
 weights of ``mnist_mlp`` gave away epoch 0's first batch, and a tuning trial's score noise was trial 0's batch draw."""
-import itertools
 import math
 
 import pytest

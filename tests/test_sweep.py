@@ -4,7 +4,6 @@ import json
 import pytest
 
 from dpbench import store, sweep
-from dpbench.cli import main
 from dpbench.sweep import run_grid
 
 

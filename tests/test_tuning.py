@@ -5,18 +5,13 @@ import math
 import textwrap
 
 import dp_accounting
-import numpy as np
 import optuna
 import pytest
-import torch
-from dp_accounting import pld, rdp
-from dp_accounting.rdp import rdp_privacy_accountant as rdp_impl
+from dp_accounting import rdp
 
 from dpbench import engine, leaderboard, store, tuning
 from dpbench.privacy import GaussianReleases
 from dpbench.cli import main
-from dpbench.task import TaskData
-from dpbench.tasks.linear import Digits
 
 FAST = ["--epochs", "2", "--trials", "3", "--no-wandb"]  # a few seconds per study on digits
 

@@ -5,16 +5,11 @@ The test starts a throwaway PostgreSQL cluster (``initdb`` in a temporary folder
 port). It needs the server binaries (Debian's ``postgresql`` package, which ``.ci/run`` installs): without them it
 fails rather than skips. As root, the server runs as the ``postgres`` user (PostgreSQL refuses to run as root).
 """
-import glob
 import json
 import math
 import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,53 +21,6 @@ from dp_accounting import rdp
 
 STUDY = "digits-dpsgd-two-workers"
 SEED = 15  # K ~ Poisson(4) draws K = 4 for this seed (stream tuning-k): enough trials for both workers
-
-
-def server_binaries() -> Path:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"), key=lambda p: int(Path(p).parts[-3]))
-    if found:
-        return Path(found[-1]).parent
-    on_path = shutil.which("postgres")
-    if on_path:
-        return Path(on_path).parent
-    pytest.fail("PostgreSQL server binaries not found (install Debian's postgresql package, as .ci/run does)")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@pytest.fixture
-def postgres_url():
-    bindir = server_binaries()
-    folder = Path(tempfile.mkdtemp(prefix="dpbench-pg-"))  # not under pytest's root-only tmp folders
-    as_user: list[str] = []
-    if os.geteuid() == 0:
-        shutil.chown(folder, "postgres", "postgres")
-        as_user = ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups"]
-    data = folder / "data"
-    subprocess.run([*as_user, bindir / "initdb", "-D", data, "-U", "dpbench", "-A", "trust", "--no-sync"],
-                   check=True, capture_output=True)
-    port = free_port()
-    server = subprocess.Popen([*as_user, bindir / "postgres", "-D", data, "-h", "127.0.0.1", "-p", str(port),
-                               "-k", folder, "-F"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"postgresql+psycopg2://dpbench@127.0.0.1:{port}/postgres"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            sqlalchemy.create_engine(url).connect().close()
-            break
-        except sqlalchemy.exc.OperationalError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                server.kill()
-                pytest.fail("the PostgreSQL test server did not start")
-            time.sleep(0.2)
-    yield url
-    server.send_signal(signal.SIGINT)  # fast shutdown
-    server.wait(timeout=60)
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def worker(url: str, home: Path) -> subprocess.Popen:

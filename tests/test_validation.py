@@ -1,5 +1,4 @@
 """The leaderboard's validation track (dpbench/validation.py): every method tuned alike on held-out training data."""
-import pytest
 
 from dpbench import engine, multiseed, registry, validation
 from dpbench.tuning_privacy import ValidationSplit
