@@ -10,9 +10,12 @@ from scipy.special import expit
 
 from dpbench.release import ObjectivePerturbationMethod
 
-#: Full Newton steps after ``trust-ncg``, whose trust-region test compares objective values and so can stall
-#: where their differences (~‖∇‖²/(Λ/n)) reach float64 round-off, above γ = 1/n².
+#: Full Newton steps after the solver, whose tests compare objective values and so can stall where their
+#: differences (~‖∇‖²/(Λ/n)) reach float64 round-off, above γ = 1/n².
 NEWTON_POLISH_STEPS = 5
+#: Up to this many features (bias included) the solver is Newton's method with the exact Hessian (one pass of
+#: n·d² per iteration, a few iterations); above it, trust-region Newton-CG with Hessian-vector products (2·n·d each).
+EXACT_HESSIAN_MAX_FEATURES = 256
 
 
 def _perturbed_logistic(x: np.ndarray, y: np.ndarray, regularization: float, linear_term: np.ndarray):
@@ -28,13 +31,21 @@ def _perturbed_logistic(x: np.ndarray, y: np.ndarray, regularization: float, lin
     def gradient(theta):
         return x.T @ (expit(x @ theta) - y) / n + scale * theta + linear_term
 
+    curvature = {}  # σ(z)(1 − σ(z))/n at the last θ: a trust-region step asks for many products at one θ
+
+    def weights(theta):
+        key = theta.tobytes()
+        if key not in curvature:
+            p = expit(x @ theta)
+            curvature.clear()
+            curvature[key] = p * (1 - p) / n
+        return curvature[key]
+
     def hessian_vector(theta, v):
-        p = expit(x @ theta)
-        return x.T @ (p * (1 - p) * (x @ v)) / n + scale * v
+        return x.T @ (weights(theta) * (x @ v)) + scale * v
 
     def hessian(theta):
-        p = expit(x @ theta)
-        return x.T @ ((p * (1 - p))[:, None] * x) / n + scale * np.eye(x.shape[1])
+        return x.T @ (weights(theta)[:, None] * x) + scale * np.eye(x.shape[1])
 
     return value, gradient, hessian_vector, hessian
 
@@ -44,9 +55,10 @@ class AMP(ObjectivePerturbationMethod):
 
     ``dpbench.release`` draws b1 ~ N(0, σ1²I) and the output noise b2 with the paper's calibration
     (``AMPCalibration``: the budget split, Λ = rβ/(ε1 − ε3), σ1, σ2); this class solves the perturbed objective
-    with SciPy's trust-region Newton-CG (``trust-ncg``, exact Hessian-vector products) from θ = 0 until
-    ‖∇L_priv(θ)‖₂ < γ, finishing with full Newton steps (exact Hessian, ``scipy.linalg.solve``) if the trust
-    region stalls at round-off before reaching γ. The benchmark uses BFGS and, when it fails, retries with a
+    with SciPy's trust-region Newton method from θ = 0 until ‖∇L_priv(θ)‖₂ < γ — ``trust-exact`` (exact Hessian)
+    for up to :data:`EXACT_HESSIAN_MAX_FEATURES` features, ``trust-ncg`` (Hessian-vector products) above —
+    finishing with full Newton steps (exact Hessian, ``scipy.linalg.solve``) if the trust region stalls at
+    round-off before reaching γ. Any solver may be used: the privacy analysis needs only ‖∇L_priv(θ)‖₂ ≤ γ. The benchmark uses BFGS and, when it fails, retries with a
     larger γ and fresh noise, which makes γ depend on the data; here a run that misses γ fails unrecorded.
 
     Constants (the benchmark's, for the logistic loss with rows clipped to norm L = ``input_norm``): Lipschitz L,
@@ -91,8 +103,12 @@ class AMP(ObjectivePerturbationMethod):
     def solve(self, x, y, regularization, linear_term, gamma):
         value, gradient, hessian_vector, hessian = _perturbed_logistic(x.numpy(), y.numpy(), regularization,
                                                                        linear_term.numpy())
-        result = minimize(value, np.zeros(x.shape[1]), jac=gradient, hessp=hessian_vector, method="trust-ncg",
-                          options={"gtol": gamma, "maxiter": 1000})
+        if x.shape[1] <= EXACT_HESSIAN_MAX_FEATURES:  # the objective is strictly convex: Newton, exact Hessian
+            result = minimize(value, np.zeros(x.shape[1]), jac=gradient, hess=hessian, method="trust-exact",
+                              options={"gtol": gamma, "maxiter": 1000})
+        else:
+            result = minimize(value, np.zeros(x.shape[1]), jac=gradient, hessp=hessian_vector, method="trust-ncg",
+                              options={"gtol": gamma, "maxiter": 1000})
         theta, iterations = result.x, int(result.nit)
         for _ in range(NEWTON_POLISH_STEPS):
             residual = gradient(theta)
