@@ -90,6 +90,10 @@ MUTANTS = [
     Mutant("tuning-reveals-k", "tuning", "the released record says how many trials ran",
            "dpbench/tuning.py", '"selected_params": best.params, "study": study.study_name,',
            '"selected_params": best.params, "trials_run": k, "study": study.study_name,'),
+    Mutant("tuning-reveals-batch", "tuning", "the release of studies tuned together says how many trials trained "
+           "with it (the sum of their K)", "dpbench/tuning.py",
+           'TRIAL_ONLY_FIELDS = ("run_id", "created_at", "validation", "batched_seeds", "train_seconds")',
+           'TRIAL_ONLY_FIELDS = ("run_id", "created_at", "validation", "train_seconds")'),
     Mutant("multiseed-noise", "batched seeds", "batched seeds add noise for twice the expected batch size",
            "dpbench/multiseed.py", "scales = torch.tensor([1 / module.expected_batch_size for module in modules]",
            "scales = torch.tensor([0.5 / module.expected_batch_size for module in modules]"),

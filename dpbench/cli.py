@@ -348,7 +348,8 @@ def _summary(record: dict[str, Any]) -> str:
     else:
         lines.append("  privacy: none (non-private baseline)")
     metrics = ", ".join(f"{k} = {v:.4f}" for k, v in record["metrics"].items())
-    lines.append(f"  {record['steps']} steps in {record['train_seconds']:.1f} s; {metrics}")
+    seconds = record.get("train_seconds")  # not released by a tuning (it depends on the other trials)
+    lines.append(f"  {record['steps']} steps{'' if seconds is None else f' in {seconds:.1f} s'}; {metrics}")
     from dpbench import store
 
     lines.append(f"  run {record['run_id']} stored in {store.describe()} (dpbench show {record['run_id']})")

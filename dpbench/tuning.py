@@ -524,6 +524,10 @@ def tuning_config(plan_: Plan) -> dict[str, Any]:
             "split_seed": spec.split_seed, "overrides": spec.overrides, "neighbouring": spec.neighbouring}
 
 
+#: Fields of the selected trial's record that are not released: they depend on the other trials (how many trained
+#: in one batch with it, the batch's time per run) or are the trial's own (its time stamp, hash, exact score).
+TRIAL_ONLY_FIELDS = ("run_id", "created_at", "validation", "batched_seeds", "train_seconds")
+
 #: The keys of a released record's ``tuning``: nothing that depends on K or on the trials not selected.
 PUBLIC_TUNING_FIELDS = frozenset({"config", 
     "mode", "sampler", "search_space", "selected_params", "study", "storage", "private", "selected_by", "trials",
@@ -546,8 +550,12 @@ def released_record(plan_: Plan, study: optuna.Study, storage_url: str) -> dict[
         raise TuningError(f"all {k} trials of study {study.study_name} failed: nothing released; the budget is spent")
     best = max(complete, key=lambda t: (t.value, -t.number))
     record = dict(best.user_attrs["record"])
-    for key in ("run_id", "created_at", "validation"):  # no validation in oracle mode
+    # Not released: the trial's own time stamps and score, and how it was trained with the other trials: trials run
+    # as one batch (dpbench sweep, tune_together) record how many trained together (the sum of the studies' K) and
+    # the batch's time per run (a function of it). TRIAL_ONLY_FIELDS.
+    for key in TRIAL_ONLY_FIELDS:
         record.pop(key, None)
+    record["train_seconds"] = None
     # Only what is public leaves the study: for random stopping, K and the other trials (how many ran or failed,
     # which one won, its seed) must stay hidden, or the release is best-of-k for a known k (PUBLIC_TUNING_FIELDS).
     tuning = {"mode": spec.mode, "sampler": config["sampler"], "search_space": plan_.space,

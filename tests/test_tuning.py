@@ -214,6 +214,25 @@ def test_the_release_reveals_neither_k_nor_the_other_trials(capsys):
     assert k >= 1
 
 
+def test_studies_tuned_together_release_nothing_of_their_batch():
+    """The leaderboard tunes a cell's five tuning seeds together (tune_together), their trials trained as one batch:
+    the selected trial's record said how many trials trained with it (the sum of the studies' K) and the batch's
+    time per run. The release keeps neither; it equals the release of the study tuned alone, but for that."""
+    def specs(seeds):
+        return [tuning.TuneSpec(method="dpsgd", task="digits", epsilon=1.0, trials=3, seed=seed, split_seed=0,
+                                overrides={"epochs": 2}, study=f"together-{seeds}-{seed}", no_wandb=True)
+                for seed in seeds]
+
+    together = tuning.tune_together(specs((0, 1, 2)))
+    ks = [study_of(record).user_attrs["k"] for record in together]
+    assert sum(ks) > 1
+    for record in together:
+        assert "batched_seeds" not in record and record["train_seconds"] is None
+    [alone] = tuning.tune_together(specs((0,)))
+    differs = {key for key in alone if key not in ("run_id", "created_at", "tuning") and alone[key] != together[0][key]}
+    assert not differs or differs <= {"metrics"}, differs  # float rounding of a batch of another size at most
+
+
 def test_trials_sample_as_the_tuning_accountant_assumes_whatever_the_methods_sampler(capsys, tmp_path):
     """A method whose default sampler is shuffle was tuned under the Poisson accountant (one trial alone cost
     ε ≈ 9.8 under shuffle accounting for a total reported as 1). Trials now always sample Poisson batches."""
