@@ -98,7 +98,7 @@ def settings(planned) -> dict[str, Any]:
 
 
 def capture(module) -> dict[str, Any]:
-    """dpbench's part of a checkpoint of ``module`` (an ``engine.PrivateTraining``) between two steps."""
+    """dpbench's part of a checkpoint of ``module`` (a ``training.PrivateTraining``) between two steps."""
     numpy_state = np.random.get_state()
     return {
         "ledger": {"releases": module.releases, "sampled": module.sampled, "steps": module.steps},

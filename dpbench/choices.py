@@ -12,3 +12,4 @@ SEARCH_SAMPLERS = ("random", "tpe", "qmc")  # dpbench.tuning: Optuna samplers
 K_DISTRIBUTIONS = ("negative-binomial", "poisson")  # dpbench.tuning_privacy
 BOARD_FORMATS = ("md", "html", "csv", "jsonl")  # dpbench.leaderboard
 THREAT_MODELS = ("white-box", "black-box")  # dpbench.audit
+STRATEGIES = ("ddp",)  # dpbench.distributed: how several processes train one run

@@ -15,7 +15,7 @@ from typing import Any
 # or Optuna (seconds); each command imports what it needs (tests/test_cli.py checks which modules load).
 from dpbench import allocator, catalog, checks
 from dpbench.choices import (ACCOUNTANTS, BOARD_FORMATS, CLIPPING, GAUSSIAN_SAMPLERS, K_DISTRIBUTIONS, NEIGHBOURING,
-                             SAMPLERS, SEARCH_SAMPLERS, THREAT_MODELS, TUNING_MODES)
+                             SAMPLERS, SEARCH_SAMPLERS, STRATEGIES, THREAT_MODELS, TUNING_MODES)
 from dpbench.data import DataError
 from dpbench.errors import PrivacyCheckFailed, RegistryError, TuningError, UsageError
 
@@ -115,6 +115,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--neighbouring", choices=NEIGHBOURING,
                      help="neighbouring datasets of the ε: add-remove (default for Poisson sampling) or replace-one")
     run.add_argument("--accelerator", default="cpu", help="Lightning accelerator: cpu, gpu, auto, ...")
+    run.add_argument("--devices", type=_positive_int, default=1,
+                     help="train with this many processes, each Poisson-sampling its shard (dpbench/distributed.py)")
+    run.add_argument("--strategy", choices=STRATEGIES, help="how several processes train: ddp (the default)")
     run.add_argument("--clipping", choices=CLIPPING, default="fast",
                      help="per-example clipping: fast (ghost norms, dpbench/ghost.py) or reference (torch.func.vmap)")
     run.add_argument("--noise", choices=GAUSSIAN_SAMPLERS, default="fast",
@@ -469,12 +472,13 @@ def main(argv: list[str] | None = None) -> int:
                 method=args.method, task=args.task, epsilon=args.epsilon, noise_multiplier=args.noise_multiplier,
                 delta=args.delta, seed=args.seed, overrides=overrides, profile=args.profile, sampler=args.sampler,
                 accountant=args.accountant, neighbouring=args.neighbouring, force_delta=args.force_delta,
-                accelerator=args.accelerator,
+                accelerator=args.accelerator, devices=args.devices, strategy=args.strategy,
                 clipping=args.clipping, noise=args.noise, checkpoint_dir=args.resume or args.checkpoint_dir,
                 resume=bool(args.resume), checkpoint_every=args.checkpoint_every, plugins=args.plugins,
                 wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, no_wandb=args.no_wandb)
             record = engine.run(spec)
-            print(json.dumps(record) if args.json else _summary(record))
+            if record is not None:  # None: a rank other than 0 of a multi-process run, which rank 0 reports
+                print(json.dumps(record) if args.json else _summary(record))
     except (UsageError, DataError, RegistryError) as error:
         return _refuse(error)
     except TuningError as error:

@@ -1,6 +1,6 @@
 """The engine: resolves a run, calibrates noise, trains under a Lightning ``Trainer``, and writes the record.
 
-Privacy boundary: only :class:`PrivateTraining` touches training data. Per step it draws the method's batches
+Privacy boundary: only :class:`~dpbench.training.PrivateTraining` touches training data. Per step it draws the method's batches
 from the sampler, charges every drawn batch to the ledger, and hands the method a ``release`` callable that
 returns the noisy clipped gradient of the next batch. The ε in the record is computed after training from the
 number of batches actually drawn, with the same accountant the noise was calibrated with.
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import sys
 import time
 import warnings
@@ -22,18 +21,17 @@ import torch
 from lightning_fabric.utilities.exceptions import MisconfigurationException
 from torch.utils.data import DataLoader
 
-from dpbench import guards, records, registry, store, streams, tracking
+from dpbench import distributed, guards, records, registry, store, streams, tracking
 from dpbench.checks import check_budget, check_finite, check_seed
-from dpbench.choices import CLIPPING, GAUSSIAN_SAMPLERS as NOISE
-from dpbench.clipping import PerExampleClipper, Transform, VmapClipper
+from dpbench.choices import CLIPPING, GAUSSIAN_SAMPLERS as NOISE, STRATEGIES
+from dpbench.clipping import VmapClipper
 from dpbench.errors import UsageError
-from dpbench.ghost import make_clipper
-from dpbench.method import GradientMechanism, Method, ReleaseMethod
-from dpbench.noise import GaussianNoise
+from dpbench.method import Method, ReleaseMethod
 from dpbench.privacy import (ACCOUNTANTS, SAMPLERS, GaussianReleases, calibrate_noise_multiplier, check_relation,
                              default_relation, event_fields, logged_epsilon)
 from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
 from dpbench.task import Task, TaskData
+from dpbench.training import PrivateTraining
 
 #: Hyperparameters the engine itself uses; tasks override them, then the command line.
 ENGINE_DEFAULTS: dict[str, Any] = {"epochs": 10, "batch_size": 64, "clip": 1.0}
@@ -56,6 +54,8 @@ class RunSpec:
     neighbouring: str | None = None  # "add-remove" or "replace-one"; None: the sampler's (privacy.default_relation)
     force_delta: bool = False
     accelerator: str = "cpu"
+    devices: int = 1  # processes (ranks) training together: dpbench.distributed
+    strategy: str | None = None  # "ddp" (the only one, and the default with devices > 1)
     clipping: str = "fast"  # per-example clipping: "fast" (dpbench.ghost) or "reference" (torch.func.vmap)
     noise: str = "fast"  # Gaussian sampler: "fast" (dpbench.noise: Philox on the CPU) or "torch" (PyTorch's normal_)
     checkpoint_dir: str | None = None  # dpbench.checkpoint: where the run keeps its checkpoints
@@ -154,113 +154,20 @@ def resolve_hyperparameters(method: type[Method], task: type[Task], overrides: d
     return hp, options
 
 
-class PrivateTraining(pl.LightningModule):
-    """Trains ``task`` with ``method``; the only code that reads training examples."""
-
-    def __init__(self, task: Task, method: type[Method], hp: dict[str, Any], noise_multiplier: float,
-                 expected_batch_size: float, seed: int, clipper: PerExampleClipper | None = None,
-                 steps_per_epoch: int | None = None, epsilon_so_far: Callable[[int], float] | None = None,
-                 noise: str = "fast"):
-        super().__init__()
-        self.task, self.method_class, self.hp = task, method, hp
-        self.noise_multiplier, self.expected_batch_size, self.seed = noise_multiplier, expected_batch_size, seed
-        self.noise_sampler = noise
-        self.mechanism = GradientMechanism(noise_multiplier, hp.get("clip", math.inf), expected_batch_size,
-                                           steps_per_epoch)
-        try:
-            self.method = method(self.params(), hp, self.mechanism)
-        except ValueError as error:
-            raise UsageError(f"{method.name}: {error}") from None
-        self.transforms = method.per_example_transform is not Method.per_example_transform
-        self.clipper = clipper or (make_clipper(task.model, self._transform()) if method.private else None)
-        self.epsilon_so_far = epsilon_so_far  # for the per-epoch privacy log, when a logger is attached
-        self.automatic_optimization = False
-        self.releases = 0  # the ledger: every batch drawn for a private method
-        self.sampled = 0  # examples in those batches, for the sampling guard (never recorded: see guards.py)
-        self.steps = 0
-        self._metric_sums: dict[str, float] = {}
-        self._metric_count = 0
-
-    def _transform(self) -> Transform | None:
-        """The method's per-example transform as of now (it may depend on the method's state)."""
-        return self.method.per_example_transform if self.transforms else None
-
-    def params(self) -> list[torch.nn.Parameter]:
-        return [p for p in self.task.model.parameters() if p.requires_grad]
-
-    def configure_optimizers(self):
-        return None
-
-    def on_fit_start(self):
-        self.noise = GaussianNoise(self.seed, self.device, self.noise_sampler)
-        streams.seed_globals(self.seed, "training")  # dropout and other unasked draws during training
-
-    def on_train_epoch_start(self):
-        # Lightning (2.x) does not set the epoch of a DataLoader's batch sampler; without this every epoch would
-        # draw epoch 0's batches again, which the accountant's independent Poisson draws do not allow.
-        self.trainer.train_dataloader.batch_sampler.set_epoch(self.current_epoch)
-
-    @torch.enable_grad()  # methods may ask for a release inside their own ``torch.no_grad()`` update
-    def release(self, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
-        params = self.params()
-        if not self.method_class.private:
-            loss = self.task.per_example_loss(self.task(x), y).mean()
-            return list(torch.autograd.grad(loss, params))
-        noisy, _ = self.clipper.clipped_sum(self.task, x, y, self.hp["clip"], self._transform(),
-                                            scale=1 / self.expected_batch_size, into=self.draw_noise(params))
-        return noisy
-
-    def draw_noise(self, like: list[torch.Tensor]) -> list[torch.Tensor]:
-        """:meth:`fill_noise` of new tensors shaped like each of ``like``."""
-        return self.fill_noise([torch.empty_like(t) for t in like])
-
-    def fill_noise(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Overwrite ``tensors`` with N(0, (σC/B)²I) from the run's noise stream (:mod:`dpbench.noise`): a release's
-        noise, into which the clipped sum divided by B is then added, giving (Σ_i clip_C(t(g_i)) + N(0, σ²C²I)) / B.
-        Zeros for σ = 0 (only in tests: such a run reports ε = inf)."""
-        std = self.mechanism.mean_noise_std
-        if std == 0:
-            return [t.zero_() for t in tensors]
-        return [self.noise.fill_(t, std) for t in tensors]
-
-    def training_step(self, batches, batch_index):
-        if self.method_class.private:
-            self.releases += len(batches)
-            self.sampled += sum(len(y) for _, y in batches)
-        pending = iter(batches)
-
-        def release() -> list[torch.Tensor]:
-            batch = next(pending, None)
-            if batch is None:
-                raise RuntimeError(f"{self.method_class.name} asked for more than "
-                                   f"releases_per_step={self.method_class.releases_per_step} gradients in one step")
-            x, y = batch
-            return self.release(self.task.augment(x), y)
-
-        self.method.step(release)
-        self.steps += 1
-
-    def validation_step(self, batch, batch_index):
-        x, y = batch
-        metrics = self.task.per_example_metrics(self.task(x), y)
-        for name, values in metrics.items():
-            self._metric_sums[name] = self._metric_sums.get(name, 0.0) + float(values.sum())
-        self._metric_count += len(y)
-
-    def on_train_epoch_end(self):
-        if self.epsilon_so_far is not None:
-            self.log_dict({"privacy/epsilon_spent_rdp": self.epsilon_so_far(self.releases),
-                           "privacy/gradient_evaluations": float(self.releases), "privacy/steps": float(self.steps)})
-
-    def collect_test_metrics(self) -> dict[str, float]:
-        """The means of the metrics summed by :meth:`validation_step` since the last call."""
-        metrics = {f"test_{name}": total / self._metric_count for name, total in self._metric_sums.items()}
-        self._metric_sums, self._metric_count = {}, 0
-        return metrics
-
-    def on_validation_epoch_end(self):
-        self.test_metrics = self.collect_test_metrics()
-        self.log_dict(self.test_metrics, prog_bar=True)
+def _check_devices(spec: RunSpec, method: type[Method], sampler_name: str) -> None:
+    """Several processes (dpbench.distributed) train a private method on Poisson batches, without checkpoints."""
+    if not isinstance(spec.devices, int) or isinstance(spec.devices, bool) or not 1 <= spec.devices <= 1024:
+        raise UsageError(f"devices must be a whole number from 1 to 1024, got {spec.devices}")
+    if spec.strategy not in (None, *STRATEGIES):
+        raise UsageError(f"unknown strategy {spec.strategy!r}; choose {', '.join(STRATEGIES)}")
+    if spec.devices == 1:
+        return
+    reasons = {"a non-private method (dpbench shards private releases only)": not method.private,
+               "shuffled batches (Poisson sampling shards; the shuffle accounting does not)": sampler_name != "poisson",
+               "checkpoints (a resume restores one process)": bool(spec.checkpoint_dir)}
+    for reason, applies in reasons.items():
+        if applies:
+            raise UsageError(f"--devices {spec.devices} trains with several processes, which does not support {reason}")
 
 
 def _check_budget(spec: RunSpec, method: type[Method]) -> None:
@@ -377,6 +284,7 @@ def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = 
     if spec.noise not in NOISE:
         raise UsageError(f"unknown noise sampler {spec.noise!r}; choose one of {', '.join(NOISE)}")
     sampler_name = spec.sampler or method.default_sampler
+    _check_devices(spec, method, sampler_name)
     if sampler_name not in SAMPLERS:
         raise UsageError(f"unknown sampler {sampler_name!r}; choose one of {', '.join(SAMPLERS)}")
     if method.full_batch and "batch_size" in spec.overrides:
@@ -499,6 +407,7 @@ def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, w
         "train_seconds": train_seconds,
         "clipping": record.get("clipping") or (module.clipper.name if module.clipper is not None else None),
         "noise": module.noise.name if planned.method.private else None,
+        **({"world_size": module.world} if module.world > 1 else {}),
         "metrics": dict(module.test_metrics),
         "wandb_run": wandb_run.path if wandb_run is not None else None,
     })
@@ -517,9 +426,10 @@ def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, w
 
 
 def run(spec: RunSpec, task_class: type[Task] | None = None,
-        callbacks: tuple[pl.Callback, ...] = ()) -> dict[str, Any]:
-    """Train one model as ``spec`` says, append its record to the results store and return it. ``task_class`` (see
-    :func:`plan`) and ``callbacks`` (Lightning callbacks that watch the training) are for ``dpbench.audit``."""
+        callbacks: tuple[pl.Callback, ...] = ()) -> dict[str, Any] | None:
+    """Train one model as ``spec`` says, append its record to the results store and return it (None in the ranks
+    other than 0 of a multi-process run). ``task_class`` (see :func:`plan`) and ``callbacks`` (Lightning callbacks
+    that watch the training) are for ``dpbench.audit``."""
     method, registered_task = registered(spec.method, spec.task, spec.plugins)
     if issubclass(method, ReleaseMethod):  # output/objective perturbation: noise and accounting in dpbench.release
         from dpbench import release  # imported here: dpbench.release builds on this module
@@ -547,7 +457,8 @@ def run(spec: RunSpec, task_class: type[Task] | None = None,
                       if method.private and logger else None)
     try:  # before anything is written: Lightning refuses unknown or unavailable accelerators here
         trainer = pl.Trainer(
-            max_epochs=hp["epochs"], accelerator=spec.accelerator, devices=1, logger=logger,
+            max_epochs=hp["epochs"], accelerator=spec.accelerator, devices=spec.devices, logger=logger,
+            strategy=distributed.strategy(spec.accelerator, spec.devices),
             enable_checkpointing=False, callbacks=[*callbacks, *([checkpoints] if checkpoints else [])],
             plugins=[checkpoint.AtomicCheckpointIO()] if checkpoints else None,
             enable_progress_bar=spec.progress_bar, enable_model_summary=False, num_sanity_val_steps=0,
@@ -574,6 +485,8 @@ def run(spec: RunSpec, task_class: type[Task] | None = None,
         with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():  # stdout is for results
             warnings.filterwarnings("ignore", message=".*configure_optimizers.*returned `None`")  # the method steps
             warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated")  # inside Lightning itself
+            # Several ranks: each evaluates the whole test set with the same parameters, so the values agree.
+            warnings.filterwarnings("ignore", message=".*sync_dist=True.*")
             trainer.fit(module, train_loader, test_loader, ckpt_path=resume_from)
         if trainer.interrupted:
             raise KeyboardInterrupt
@@ -581,4 +494,6 @@ def run(spec: RunSpec, task_class: type[Task] | None = None,
         if logger:
             tracking.finish(logger.experiment, None)
         raise
+    if trainer.global_rank != 0:
+        return None  # another rank of a multi-process run: rank 0 checks, records and stores it
     return finish(planned, module, time.perf_counter() - started, logger.experiment if logger else None, checkpoints)

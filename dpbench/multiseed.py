@@ -3,7 +3,7 @@ of a leaderboard cell, or the trials of a tuning (other seeds, learning rates, c
 multipliers), as long as they share the data, the sampling rate and the schedule (epochs, steps per epoch).
 
 Each run keeps everything a separate run has: its own initialization, sampler, noise generator, method state
-and ledger (a :class:`~dpbench.engine.PrivateTraining` module per run). Per step, the S batches are concatenated
+and ledger (a :class:`~dpbench.training.PrivateTraining` module per run). Per step, the S batches are concatenated
 (or taken once where they are the same rows, as full batches are) and every seed's per-example clipped sum comes
 from one forward pass, one backward pass to the logits and the closed form of a linear layer
 (‖∇ℓ_i‖² = ‖∂ℓ_i/∂z_i‖²(‖x_i‖² + 1)); each seed's noise is drawn from its own generator in the order a separate
@@ -27,7 +27,8 @@ from torch import nn
 
 from dpbench import engine, tracking
 from dpbench.clipping import clip_factors
-from dpbench.engine import PrivateTraining, RunSpec, UsageError
+from dpbench.engine import RunSpec, UsageError
+from dpbench.training import PrivateTraining
 from dpbench.method import Method, ReleaseMethod
 from dpbench.sampling import IndexedTensors
 from dpbench.task import Task

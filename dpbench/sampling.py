@@ -92,6 +92,8 @@ class EpochSampler(Sampler):
 class PoissonSampler(EpochSampler):
     """Every example joins every batch independently with probability ``sample_rate`` (q = 1: full batches)."""
 
+    rank, world = 0, 1
+
     def __init__(self, n: int, sample_rate: float, steps_per_epoch: int, releases_per_step: int, seed: int):
         self.n, self.sample_rate, self.steps_per_epoch = n, sample_rate, steps_per_epoch
         self.releases_per_step, self.seed = releases_per_step, seed
@@ -99,10 +101,21 @@ class PoissonSampler(EpochSampler):
     def __len__(self) -> int:
         return self.steps_per_epoch
 
+    def shard(self, rank: int, world: int) -> None:
+        """Draw only the shard of rank ``rank`` of ``world`` (:mod:`dpbench.distributed`): the examples rank,
+        rank + world, ..., each at the same rate, from the stream ``sampler`` at (epoch, rank); the ranks' batches
+        together are a Poisson sample of all n examples."""
+        self.rank, self.world = rank, world
+
     def steps(self, start: int):
         per_step = self.releases_per_step
-        batches = poisson_batches(self.n, self.sample_rate, self.steps_per_epoch * per_step,
-                                  _generator(self.seed, self.epoch))
+        count = self.steps_per_epoch * per_step
+        if self.world == 1:
+            batches = poisson_batches(self.n, self.sample_rate, count, _generator(self.seed, self.epoch))
+        else:
+            members = torch.arange(self.rank, self.n, self.world)
+            stream = streams.generator(self.seed, "sampler", self.epoch, self.rank)
+            batches = [members[batch] for batch in poisson_batches(len(members), self.sample_rate, count, stream)]
         for step in range(start, self.steps_per_epoch):
             yield batches[step * per_step:(step + 1) * per_step]
 

@@ -24,7 +24,7 @@ PURPOSES = {
     "training": "the global torch generator during training (dropout; anything a model draws without a generator)",
     "numpy-global": "NumPy's legacy global generator (np.random.*) for the whole run",
     "python-global": "Python's random module for the whole run",
-    "sampler": "the batch sampler, one stream per epoch (index: epoch)",
+    "sampler": "the batch sampler, one stream per epoch (index: epoch; and rank, in multi-process runs)",
     "gradient-noise": "the Gaussian noise of the gradient releases (the Philox key, or PyTorch's generator)",
     "augmentation": "a task's random data augmentation (Task.rng)",
     "dp-pca": "the noise of a task's DP-PCA release",

@@ -8,7 +8,8 @@ import torch
 
 from dpbench import registry
 from dpbench.cli import main
-from dpbench.engine import PrivateTraining, resolve_hyperparameters
+from dpbench.engine import resolve_hyperparameters
+from dpbench.training import PrivateTraining
 from dpbench.method import GradientMechanism
 from dpbench.sampling import IndexedTensors, PoissonSampler
 

@@ -6,7 +6,8 @@ import pytorch_lightning as pl
 import torch
 
 from dpbench import registry
-from dpbench.engine import PrivateTraining, resolve_hyperparameters
+from dpbench.engine import resolve_hyperparameters
+from dpbench.training import PrivateTraining
 from dpbench.method import GradientMechanism
 from dpbench.methods.dpadam import DPAdam
 from dpbench.methods.dpadam_bc import DPAdamBC

@@ -6,7 +6,8 @@ import pytorch_lightning as pl
 import torch
 
 from dpbench import registry, streams
-from dpbench.engine import PrivateTraining, RunSpec, UsageError, resolve_hyperparameters, run
+from dpbench.engine import RunSpec, UsageError, resolve_hyperparameters, run
+from dpbench.training import PrivateTraining
 from dpbench.method import Method
 from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
 

@@ -6,7 +6,8 @@ import pytorch_lightning as pl
 import torch
 
 from dpbench import multiseed, registry, store
-from dpbench.engine import PrivateTraining, RunSpec, resolve_hyperparameters, run
+from dpbench.engine import RunSpec, resolve_hyperparameters, run
+from dpbench.training import PrivateTraining
 from dpbench.sampling import IndexedTensors, PoissonSampler
 
 METHODS = registry.methods([])

@@ -6,7 +6,7 @@ import textwrap
 import pytest
 import torch
 
-from dpbench import engine
+from dpbench import engine, training
 from dpbench.cli import main
 from dpbench.clipping import VmapClipper
 from dpbench.task import TaskData
@@ -87,7 +87,7 @@ def test_mnist_logreg_bound_is_for_pixels_in_0_1():
 def test_released_noise_has_std_sigma_times_the_bound_over_expected_batch_size(task, bound, capsys, monkeypatch):
     modules = []
 
-    class Recorded(engine.PrivateTraining):
+    class Recorded(training.PrivateTraining):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             modules.append(self)

@@ -13,7 +13,8 @@ import torch
 
 from dpbench import registry
 from dpbench.clipping import VmapClipper
-from dpbench.engine import PrivateTraining, resolve_hyperparameters
+from dpbench.engine import resolve_hyperparameters
+from dpbench.training import PrivateTraining
 from dpbench.sampling import IndexedTensors, PoissonSampler
 from dpbench.task import TaskData
 from dpbench.tasks.linear import LinearClassification
