@@ -91,6 +91,8 @@ class Canaries:
     def attach(self, task: Task, data):
         """Widen ``task``'s data and model (see the module docstring); returns the training data with canaries."""
         x = data.x_train
+        if x.is_sparse:
+            raise UsageError(f"task {task.name}: canaries are not added to sparse inputs")
         if x.dim() != 2 or not x.is_floating_point():
             raise UsageError(f"task {task.name}: canaries need flat float inputs (one row per example), the task's "
                              f"are {tuple(x.shape[1:])} {x.dtype}")

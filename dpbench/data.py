@@ -41,13 +41,15 @@ class RemoteFile:
     """One canonical file: where it lives and the checksum it must have.
 
     ``checksum`` is ``"sha256:<hex>"`` or ``"md5:<hex>"``; with ``checksum_of_payload`` it is the checksum of the
-    gunzipped content (MNIST publishes those; mirrors may re-gzip the same bytes).
+    gunzipped content (MNIST publishes those; mirrors may re-gzip the same bytes). ``None`` where no checksum is
+    published (the LIBSVM collection): the file's sha256 is pinned when it is first used (``<cache>.sha256``), every
+    later use must match it, and loaders put it in the data's ``preprocessing`` so that records name the exact file.
     """
 
     folder: str
     name: str
     url: str
-    checksum: str
+    checksum: str | None
     checksum_of_payload: bool = False
 
     def mirror_path(self) -> Path | None:
@@ -71,7 +73,27 @@ def _digest(path: Path, algorithm: str, payload: bool) -> str:
     return digest.hexdigest()
 
 
+def pinned_sha256(path: Path, remote: RemoteFile) -> str:
+    """The sha256 of a file without a published checksum, pinned on first use (see :class:`RemoteFile`)."""
+    try:
+        actual = _digest(path, "sha256", False)
+    except OSError as error:
+        raise DataError(f"cannot read {path}: {error}") from None
+    pin = remote.cache_path().with_name(remote.name + ".sha256")
+    if pin.exists():
+        if pin.read_text().strip() != actual:
+            raise DataError(f"{path} has sha256 {actual}, but the copy first used here had {pin.read_text().strip()} "
+                            f"(pinned in {pin}); remove the pin only if the new file is the right one")
+    else:
+        pin.parent.mkdir(parents=True, exist_ok=True)
+        pin.write_text(actual + "\n")
+    return actual
+
+
 def verify(path: Path, remote: RemoteFile) -> None:
+    if remote.checksum is None:
+        pinned_sha256(path, remote)
+        return
     algorithm, expected = remote.checksum.split(":", 1)
     try:
         actual = _digest(path, algorithm, remote.checksum_of_payload)
@@ -111,8 +133,11 @@ def fetch(remote: RemoteFile) -> Path:
             _download(remote, cached)
         except OSError as error:  # urllib's URLError is an OSError: no network, DNS, HTTP error
             places = f"{mirror.parent}/ or {cached.parent}/" if mirror else f"{cached.parent}/"
+            checksum = remote.checksum or "no published checksum"
             raise DataError(
-                f"cannot download {remote.url} ({error}); put {remote.name} ({remote.checksum}) in {places}"
+                f"cannot download {remote.url} ({error}); put {remote.name} ({checksum}) in {places}, or set "
+                f"DPBENCH_MIRROR to a folder of the canonical files laid out as <dataset>/<file> "
+                f"({remote.folder}/{remote.name})"
             ) from None
     verify(cached, remote)
     return cached

@@ -21,7 +21,7 @@ import torch
 from lightning_fabric.utilities.exceptions import MisconfigurationException
 from torch.utils.data import DataLoader
 
-from dpbench import distributed, guards, records, registry, store, streams, tracking
+from dpbench import distributed, guards, records, registry, rows, store, streams, tracking
 from dpbench.checks import check_budget, check_finite, check_seed
 from dpbench.choices import CLIPPING, GAUSSIAN_SAMPLERS as NOISE, STRATEGIES
 from dpbench.clipping import VmapClipper
@@ -170,6 +170,20 @@ def _check_devices(spec: RunSpec, method: type[Method], sampler_name: str) -> No
             raise UsageError(f"--devices {spec.devices} trains with several processes, which does not support {reason}")
 
 
+def _check_sparse(task: Task, method: type[Method], spec: RunSpec) -> None:
+    """Sparse inputs (dpbench.rows) stay sparse only on the fast path, in the closed form of linear layers with
+    one input per example: no per-example transform, no reference (vmap) clipping, no batched seeds."""
+    reasons = {"the reference clipping path (--clipping reference)": spec.clipping == "reference",
+               f"{method.name}'s per-example transform": method.per_example_transform
+               is not Method.per_example_transform,
+               "a model that is not a stack of linear layers": any(
+                   any(p.requires_grad for p in module.parameters(recurse=False))
+                   and not isinstance(module, torch.nn.Linear) for module in task.model.modules())}
+    for reason, applies in reasons.items():
+        if applies:
+            raise UsageError(f"task {task.name} has sparse inputs, which {reason} would densify")
+
+
 def _check_budget(spec: RunSpec, method: type[Method]) -> None:
     check_seed(spec.seed)
     if not method.private:
@@ -308,8 +322,10 @@ def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = 
     except ValueError as error:
         raise UsageError(f"task {task_class.name}: {error}") from None
     data = task.prepare(spec.seed)
+    if data.x_train.is_sparse:
+        _check_sparse(task, method, spec)
     if method.private:
-        guards.refuse_example_mixing(task, data.x_test[:3])
+        guards.refuse_example_mixing(task, rows.first(data.x_test, 3))
     held_out = None
     if spec.validation is not None:  # a tuning trial trains on the training part only
         data, held_out = spec.validation.split(data)
@@ -475,7 +491,7 @@ def run(spec: RunSpec, task_class: type[Task] | None = None,
     train_loader = DataLoader(IndexedTensors(data.x_train, data.y_train), batch_sampler=planned.sampler,
                               collate_fn=list, generator=torch.Generator())
     # In-memory test set in slices of 4096, no per-example collation.
-    test_loader = DataLoader(list(zip(data.x_test.split(4096), data.y_test.split(4096))), batch_size=None,
+    test_loader = DataLoader(list(zip(rows.chunks(data.x_test, 4096), data.y_test.split(4096))), batch_size=None,
                              generator=torch.Generator())
     if logger:
         with contextlib.redirect_stdout(sys.stderr):

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from dpbench import rows
 from dpbench.clipping import CoordinateAffine, PerExampleClipper, Transform, VmapClipper, clip_factors
 from dpbench.task import Task
 
@@ -53,8 +54,8 @@ class _Linear:
         return inputs[0]
 
     def supports_affine(self, a) -> bool:
-        """A coordinate-wise transform of g_iᵀ a_i has a closed-form norm only for one input per example."""
-        return a.dim() == 2
+        """A coordinate-wise transform of g_iᵀ a_i has a closed-form norm only for one input per example (dense)."""
+        return a.dim() == 2 and not a.is_sparse
 
     def backward(self, a, g, affine=None) -> PerExampleRule:
         if affine is not None:
@@ -88,18 +89,21 @@ class _Linear:
 
     def _one_input(self, a, g) -> PerExampleRule:
         """The closed form for one input per example (logistic/softmax regression, MLPs): ‖∇W ℓ_i‖² = ‖g_i‖²‖a_i‖²,
-        ‖∇b ℓ_i‖² = ‖g_i‖²."""
+        ‖∇b ℓ_i‖² = ‖g_i‖². Sparse inputs (``dpbench.rows``) stay sparse: ‖a_i‖² from their values, and the clipped
+        sum (c ∘ g)ᵀ a as a dense-times-sparse product."""
         weight, bias = self.layer.weight, self.layer.bias
         with_bias = bias is not None and bias.requires_grad
         g_sq = torch.linalg.vector_norm(g, dim=1).square()
         if not weight.requires_grad:
             sq_norms = g_sq
         else:
-            a_sq = torch.linalg.vector_norm(a, dim=1).square()
+            a_sq = rows.squared_norms(a)
             sq_norms = torch.addcmul(g_sq, g_sq, a_sq) if with_bias else g_sq * a_sq
 
         def clipped(factors, into):
-            if weight.requires_grad:
+            if weight.requires_grad and a.is_sparse:
+                into[weight].add_((g * factors[:, None]).T @ a)
+            elif weight.requires_grad:
                 into[weight].addmm_((g * factors[:, None]).T, a)
             if with_bias:
                 into[bias].addmv_(g.T, factors)

@@ -19,6 +19,7 @@ import torch
 from scipy import stats
 from torch import nn
 
+from dpbench import rows
 from dpbench.errors import PrivacyCheckFailed
 from dpbench.task import Task
 
@@ -42,7 +43,7 @@ def refuse_example_mixing(task: Task, public_inputs: torch.Tensor) -> None:
     if len(public_inputs) < 3:
         return
     buffers = {name: buffer.detach().clone() for name, buffer in model.named_buffers()}
-    swapped = torch.cat([public_inputs[1:2], public_inputs[1:]])
+    swapped = rows.take(public_inputs, torch.tensor([1, 1, 2]))  # example 1 replaced by a copy of example 2
     try:
         first = _module_outputs(task, public_inputs)
         changed = [name for name, buffer in model.named_buffers() if not torch.equal(buffer, buffers[name])]

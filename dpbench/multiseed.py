@@ -25,7 +25,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from dpbench import engine, tracking
+from dpbench import engine, rows, tracking
 from dpbench.clipping import clip_factors
 from dpbench.engine import RunSpec, UsageError
 from dpbench.training import PrivateTraining
@@ -49,6 +49,8 @@ def check_batchable(module: PrivateTraining) -> None:
         raise NotBatchable(f"{method.name}: batched runs need a method with one release per step")
     if method.per_example_transform is not Method.per_example_transform:
         raise NotBatchable(f"{method.name}: per-example transforms are not batched")
+    if module.task.data.x_train.is_sparse:
+        raise NotBatchable(f"task {module.task.name}: sparse inputs are not batched")
 
 
 def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: torch.Tensor,
@@ -171,7 +173,7 @@ def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, 
 @torch.no_grad()
 def test_metrics(module: PrivateTraining, x_test: torch.Tensor, y_test: torch.Tensor) -> dict[str, float]:
     """The test metrics exactly as the engine's evaluation computes them (slices of 4096)."""
-    for x, y in zip(x_test.split(4096), y_test.split(4096)):
+    for x, y in zip(rows.chunks(x_test, 4096), y_test.split(4096)):
         module.validation_step((x, y), 0)
     return module.collect_test_metrics()
 

@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from dpbench import records, store, streams, tracking
+from dpbench import records, rows, store, streams, tracking
 from dpbench.engine import RunSpec, UsageError, apply_overrides, check_seed, profile_settings
 from dpbench.method import ReleaseMethod
 from dpbench.privacy import GaussianReleases, calibrate_noise_multiplier
@@ -322,6 +322,8 @@ def _prepare(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[
     streams.seed_run(spec.seed)
     task = task_class(**options)
     data = task.prepare(spec.seed)
+    if data.x_train.is_sparse:
+        raise UsageError(f"{method_class.name} solves on dense rows; task {task_class.name}'s are sparse")
     if not isinstance(task.model, torch.nn.Linear) or not hasattr(task, "classes"):
         raise UsageError(f"{method_class.name} trains linear classifiers; task {task_class.name} is not one")
     n = data.n_train
@@ -355,7 +357,7 @@ def describe(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[
 @torch.no_grad()
 def _test_metrics(task: Task, x_test: torch.Tensor, y_test: torch.Tensor) -> dict[str, float]:
     sums: dict[str, float] = {}
-    for x, y in zip(x_test.split(4096), y_test.split(4096)):
+    for x, y in zip(rows.chunks(x_test, 4096), y_test.split(4096)):
         for name, values in task.per_example_metrics(task(x), y).items():
             sums[name] = sums.get(name, 0.0) + float(values.sum())
     return {f"test_{name}": total / len(y_test) for name, total in sums.items()}

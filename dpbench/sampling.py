@@ -12,7 +12,7 @@ import math
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from dpbench import streams
+from dpbench import rows, streams
 
 
 def _generator(seed: int, epoch: int) -> torch.Generator:
@@ -147,4 +147,4 @@ class IndexedTensors(Dataset):
         return len(self.x)
 
     def __getitems__(self, batches: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        return [(self.x[index], self.y[index]) for index in batches]
+        return [(rows.take(self.x, index), self.y[index]) for index in batches]

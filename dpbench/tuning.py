@@ -61,7 +61,7 @@ import optuna
 import sqlalchemy
 import torch
 
-from dpbench import engine, multiseed, records, search, store, streams, tracking
+from dpbench import engine, multiseed, records, rows, search, store, streams, tracking
 from dpbench.data import dpbench_home
 from dpbench.choices import K_DISTRIBUTIONS, SEARCH_SAMPLERS, TUNING_MODES
 from dpbench.engine import UsageError
@@ -207,7 +207,7 @@ def plan(spec: TuneSpec, calibrate: bool = True) -> Plan:
     data = task.prepare(spec.seed)  # the model's initialisation does not matter here: shapes and the metric's name
     n = data.n_train
     with torch.no_grad():
-        if "accuracy" not in task.per_example_metrics(task(data.x_test[:2]), data.y_test[:2]):
+        if "accuracy" not in task.per_example_metrics(task(rows.first(data.x_test, 2)), data.y_test[:2]):
             raise UsageError(f"task {task_class.name} has no accuracy metric to select trials by")
     if method.private and data.private_releases:  # e.g. a private PCA: each trial would repeat it
         raise UsageError(f"task {task_class.name} releases statistics of its private data before training "

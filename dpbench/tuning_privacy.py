@@ -50,7 +50,7 @@ import torch
 from dp_accounting import rdp
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from dpbench import cache, streams
+from dpbench import cache, rows, streams
 from dpbench.privacy import rdp_curve
 from dpbench.task import Task, TaskData
 
@@ -211,8 +211,8 @@ class ValidationSplit:
 
     def split(self, data: TaskData) -> tuple[TaskData, tuple[torch.Tensor, torch.Tensor, int]]:
         held = self.mask(data.n_train)
-        training = replace(data, x_train=data.x_train[~held], y_train=data.y_train[~held])
-        return training, (data.x_train[held], data.y_train[held], data.n_train)
+        training = replace(data, x_train=rows.take(data.x_train, ~held), y_train=data.y_train[~held])
+        return training, (rows.take(data.x_train, held), data.y_train[held], data.n_train)
 
     def score(self, task: Task, held_out: tuple[torch.Tensor, torch.Tensor, int]) -> dict[str, float]:
         """(#correct on V + N(0, σ_v²)) / (fraction · n): only this noisy value leaves the trial."""
@@ -221,7 +221,7 @@ class ValidationSplit:
         task.eval()
         with torch.no_grad():
             correct = sum(float(task.per_example_metrics(task(xs), ys)["accuracy"].sum())
-                          for xs, ys in zip(x.split(4096), y.split(4096)))
+                          for xs, ys in zip(rows.chunks(x, 4096), y.split(4096)))
         task.train(was_training)
         if self.noise_multiplier == 0:
             return {"accuracy": correct / len(y)}

@@ -182,4 +182,6 @@ def test_missing_file_error_says_where_to_put_it(tmp_path, monkeypatch, loader, 
     assert f"put {remote.name} ({remote.checksum}) in" in message
     assert f"{home / 'data' / remote.folder}/" in message
     assert (f"{mirror / remote.folder}/" in message) == mirrored
+    assert f"or set DPBENCH_MIRROR to a folder of the canonical files laid out as <dataset>/<file> " \
+           f"({remote.folder}/{remote.name})" in message
     assert [path for path in home.rglob("*") if path.is_file()] == []  # no partial download left behind
