@@ -6,9 +6,13 @@ it does not exist. Each dataset is loaded once per module (kddcup99 takes a few 
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import hashlib
+import io
+import json
 import os
 import shutil
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -185,3 +189,73 @@ def test_missing_file_error_says_where_to_put_it(tmp_path, monkeypatch, loader, 
     assert f"or set DPBENCH_MIRROR to a folder of the canonical files laid out as <dataset>/<file> " \
            f"({remote.folder}/{remote.name})" in message
     assert [path for path in home.rglob("*") if path.is_file()] == []  # no partial download left behind
+
+
+# ---- the full datasets, on files the tests write in the canonical formats (none can be fetched here) -------------
+
+def _canonical(tmp_path, monkeypatch, attribute: str, payload: bytes, payload_md5: bool = False):
+    """A mirror holding ``payload`` as the canonical file ``datasets.<attribute>``, with the checksum it has."""
+    remote = getattr(datasets, attribute)
+    (tmp_path / "mirror" / remote.folder).mkdir(parents=True, exist_ok=True)
+    (tmp_path / "mirror" / remote.folder / remote.name).write_bytes(payload)
+    digest = hashlib.md5(gzip.decompress(payload) if payload_md5 else payload).hexdigest()
+    monkeypatch.setattr(datasets, attribute, dataclasses.replace(remote, checksum=f"md5:{digest}"))
+    monkeypatch.setenv("DPBENCH_MIRROR", str(tmp_path / "mirror"))
+    monkeypatch.setenv("DPBENCH_HOME", str(tmp_path / "home"))
+
+
+def _idx(array: np.ndarray) -> bytes:
+    """An IDX file of unsigned bytes (MNIST's format): magic 0 0 8 ndim, big-endian int32 sizes, the bytes; gzipped."""
+    header = bytes([0, 0, 8, array.ndim]) + b"".join(int(size).to_bytes(4, "big") for size in array.shape)
+    return gzip.compress(header + array.astype(np.uint8).tobytes())
+
+
+def test_full_mnist_reads_the_canonical_idx_files(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    images = {"TRAIN": rng.integers(0, 256, (60000, 28, 28)), "TEST": rng.integers(0, 256, (10000, 28, 28))}
+    labels = {"TRAIN": rng.integers(0, 10, 60000), "TEST": rng.integers(0, 10, 10000)}
+    for split in ("TRAIN", "TEST"):
+        _canonical(tmp_path, monkeypatch, f"MNIST_{split}_IMAGES", _idx(images[split]), payload_md5=True)
+        _canonical(tmp_path, monkeypatch, f"MNIST_{split}_LABELS", _idx(labels[split]), payload_md5=True)
+    loaded = datasets.load_mnist.__wrapped__()  # not the process's cached copy
+    assert loaded.data_id == "mnist" and loaded.note is None and loaded.x_train.shape == (60000, 784)
+    expected = images["TRAIN"][123].reshape(784).astype(np.float32) / np.float32(255)
+    assert torch.equal(loaded.x_train[123], torch.from_numpy(expected))
+    assert loaded.y_test.tolist() == labels["TEST"].tolist()
+
+
+def test_full_covertype_reads_the_canonical_file(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    rows = 2000
+    continuous = rng.integers(0, 4000, (rows, 10))
+    wilderness = np.eye(4, dtype=int)[rng.integers(0, 4, rows)]
+    soil = np.eye(40, dtype=int)[rng.integers(0, 40, rows)]
+    cover = rng.integers(1, 8, rows)
+    table = np.hstack([continuous, wilderness, soil, cover[:, None]])
+    text = "\n".join(",".join(map(str, row)) for row in table) + "\n"  # covtype.data: no header, 55 columns
+    _canonical(tmp_path, monkeypatch, "COVTYPE", gzip.compress(text.encode()))
+    loaded = datasets.load_covertype()
+    assert loaded.data_id == "covertype" and loaded.note is None
+    assert len(loaded.y_train) + len(loaded.y_test) == rows and loaded.x_train.shape[1] == 54
+    assert sorted(set(loaded.y_train.tolist()) | set(loaded.y_test.tolist())) == sorted(set(cover - 1))
+    torch.testing.assert_close(loaded.x_train.norm(dim=1), torch.ones(len(loaded.y_train)))
+
+
+def test_snli_train_reads_the_canonical_zip(tmp_path, monkeypatch):
+    """snli_1.0.zip's jsonl files: pairs whose gold label is '-' are dropped; the train split is the training set."""
+    def jsonl(pairs):
+        return "".join(json.dumps({"gold_label": label, "sentence1": s1, "sentence2": s2}) + "\n"
+                       for s1, s2, label in pairs)
+
+    train = [("A man sleeps.", "A person rests.", "entailment"), ("Two dogs run.", "Cats sit.", "contradiction"),
+             ("No majority.", "None.", "-"), ("A girl reads.", "She is happy.", "neutral")]
+    test = [("It rains.", "It is wet.", "entailment")]
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for split, pairs in (("train", train), ("dev", test), ("test", test)):
+            archive.writestr(f"snli_1.0/snli_1.0_{split}.jsonl", jsonl(pairs))
+    _canonical(tmp_path, monkeypatch, "SNLI_ZIP", buffer.getvalue())
+    loaded = datasets.load_snli.__wrapped__()
+    assert loaded.data_id == "snli" and loaded.note is None
+    assert loaded.train.premises == ["A man sleeps.", "Two dogs run.", "A girl reads."]
+    assert loaded.train.labels.tolist() == [0, 2, 1] and loaded.test.hypotheses == ["It is wet."]
