@@ -202,14 +202,22 @@ def _trial_rdp(record: dict[str, Any], tuned: dict[str, Any], orders: np.ndarray
 
 
 def _check_tuned(record: dict[str, Any]) -> None:
+    """A privately tuned record (random stopping, adaptive): its selected trial's mechanism, the per-trial ε and
+    the whole tuning's ε."""
     tuned = record["tuning"]
-    if not tuned.get("private"):
-        _check_gradient_run(record)  # oracle: the record's ε is one trial's
-        return
     sigma, q, releases = tuned["noise_multiplier"], tuned["sample_rate"], tuned["gradient_evaluations"]
-    for key, value in (("noise_multiplier", sigma), ("sample_rate", q), ("gradient_evaluations", releases)):
-        if record.get(key) != value:
-            raise Mismatch(f"{key} is {record.get(key)!r} but tuning.{key} is {value!r}")
+    if tuned.get("trial_mechanism", "gradient") == "output":  # one Gaussian output mechanism per classifier
+        ledger = record["privacy_ledger"]
+        if len(ledger) != releases:
+            raise Mismatch(f"{len(ledger)} output releases in the ledger but tuning.gradient_evaluations is {releases}")
+        for index, entry in enumerate(ledger):
+            _close(entry["noise_std"] / entry["sensitivity"], sigma, f"privacy_ledger[{index}] noise multiplier")
+        _check_output_sensitivities(record)
+    else:
+        _close(record.get("noise_multiplier"), sigma, "noise_multiplier (tuning.noise_multiplier)")
+        for key, value in (("sample_rate", q), ("gradient_evaluations", releases)):
+            if record.get(key) != value:
+                raise Mismatch(f"{key} is {record.get(key)!r} but tuning.{key} is {value!r}")
     if tuned.get("neighbouring", "add-remove") != record.get("neighbouring", "add-remove"):
         raise Mismatch(f"neighbouring is {record.get('neighbouring')!r} but tuning's is {tuned['neighbouring']!r}")
     orders = np.asarray(rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
@@ -236,6 +244,20 @@ def _amp_noise_fraction(record: dict[str, Any], epsilon_k: float) -> float:
     return record["hyperparameters"]["noise_fraction"]
 
 
+def _check_output_sensitivities(record: dict[str, Any]) -> None:
+    """The built-in output perturbation's sensitivity, re-derived from its hyperparameters (Wu et al.: 2kLη/b
+    convex, 2(L + λR)/(λn) strongly convex), for each output-noise part of its ledger."""
+    if record["method"] != "output_perturbation":
+        return
+    hp, n = record["hyperparameters"], record["n_train"]
+    lipschitz = hp["input_norm"]
+    expected = (2 * hp["epochs"] * lipschitz * hp["lr"] / hp["batch_size"] if hp["variant"] == "convex"
+                else 2 * (lipschitz + hp["regularization"] * hp["radius"]) / (hp["regularization"] * n))
+    for index, entry in enumerate(record["privacy_ledger"]):
+        if entry["what"].startswith("output noise"):
+            _close(expected, entry["sensitivity"], f"privacy_ledger[{index}] sensitivity (Wu et al.)")
+
+
 def _check_release(record: dict[str, Any]) -> None:
     ledger = record["privacy_ledger"]
     _close(math.fsum(entry["epsilon"] for entry in ledger), record["epsilon"], "epsilon (sum of the ledger)")
@@ -245,17 +267,13 @@ def _check_release(record: dict[str, Any]) -> None:
         raise Mismatch(f"spent ε {record['epsilon']} exceeds the target {record['epsilon_target']}")
     hp, n = record["hyperparameters"], record["n_train"]
     objective = [entry for entry in ledger if entry["what"].startswith("objective perturbation")]
+    _check_output_sensitivities(record)
     for index, entry in enumerate(ledger):
         what = f"privacy_ledger[{index}] ({entry['what']})"
         if entry["what"].startswith("output noise"):
             sigma = entry["noise_std"] / entry["sensitivity"]
             _close(_epsilon(dp_accounting.GaussianDpEvent(sigma), entry["delta"], "pld", "add-remove"),
                    entry["epsilon"], f"{what} epsilon")
-            if record["method"] == "output_perturbation":
-                lipschitz = hp["input_norm"]
-                expected = (2 * hp["epochs"] * lipschitz * hp["lr"] / hp["batch_size"] if hp["variant"] == "convex"
-                            else 2 * (lipschitz + hp["regularization"] * hp["radius"]) / (hp["regularization"] * n))
-                _close(expected, entry["sensitivity"], f"{what} sensitivity (Wu et al.)")
         elif entry in objective and record["method"] in ("amp", "amp_nt"):
             lipschitz = 1.0 if record["method"] == "amp_nt" else hp["input_norm"]
             _close(2 * lipschitz / n, entry["sensitivity"], f"{what} sensitivity 2L/n")
@@ -292,8 +310,8 @@ def check(record: dict[str, Any]) -> list[str]:
     try:
         if record.get("kind") == "audit":
             _check_audit(record)
-        elif record.get("tuning") is not None:
-            _check_tuned(record)
+        elif (record.get("tuning") or {}).get("private"):
+            _check_tuned(record)  # else (validation track, oracle) the record's ε is its own run's, checked below
         elif not record.get("private", True):
             if record.get("epsilon") is not None or record.get("noise_multiplier"):
                 raise Mismatch(f"a non-private run with ε {record.get('epsilon')} and σ "

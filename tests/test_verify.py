@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from dpbench import audit, engine, multiseed, records, store, tuning, verify
+from dpbench import audit, engine, multiseed, records, store, tuning, validation, verify
 from dpbench.cli import main
 from dpbench.engine import RunSpec
 
@@ -74,6 +74,13 @@ def genuine(tmp_path_factory):
         found[f"tuned {mode}"] = tuning.tune(tuning.TuneSpec(
             method="dpsgd", task="digits", epsilon=1.0, mode=mode, trials=trials, overrides={"epochs": 1},
             storage=f"sqlite:///{folder / 'studies.db'}", store_path=store_path, no_wandb=True))
+    found["tuned output_perturbation"] = tuning.tune(tuning.TuneSpec(
+        method="output_perturbation", task="breast_cancer", epsilon=1.0, trials=2, neighbouring="replace-one",
+        storage=f"sqlite:///{folder / 'studies.db'}", store_path=store_path, no_wandb=True))
+    for method in ("output_perturbation", "amp", "nonprivate"):  # the board's validation track: ε of one run
+        [found[f"validation {method}"]] = validation.run_cell(
+            "breast_cancer", method, None if method == "nonprivate" else 1.0, [0], validation.TrackSettings(2),
+            append_to_store=False)
     found["audit"] = audit.audit(audit.AuditSpec(method="dpsgd", task="digits", epsilon=1.0, canaries=100,
                                                  overrides={"epochs": 2}, store_path=store_path))
     path = folder / "genuine.jsonl"
@@ -117,7 +124,8 @@ def test_genuine_records_of_every_kind_pass(genuine):
     ("dpgd", "epsilon"), ("ada_dp", "epsilon"), ("data release", "epsilon"), ("multiseed 1", "epsilon"),
     ("output_perturbation", "privacy_ledger.0.epsilon"), ("amp", "privacy_ledger.1.epsilon"),
     ("tuned random-stopping", "epsilon"), ("tuned adaptive", "tuning.per_trial_epsilon"),
-    ("tuned oracle", "epsilon"), ("audit", "epsilon_claimed"), ("audit", "epsilon_lower_bound")])
+    ("tuned oracle", "epsilon"), ("tuned output_perturbation", "epsilon"), ("validation amp", "epsilon"),
+    ("audit", "epsilon_claimed"), ("audit", "epsilon_lower_bound")])
 def test_an_edited_epsilon_fails(tmp_path, genuine, kind, field):
     record = forged(genuine[0][kind], **{field: lambda value: value * 0.8 + 0.003})
     count, problems = verify.verify(write(tmp_path, record))
@@ -128,6 +136,8 @@ def test_an_edited_epsilon_fails(tmp_path, genuine, kind, field):
     ("dpsgd", "noise_multiplier"), ("data release", "noise_multiplier"), ("rdp", "noise_multiplier"),
     ("output_perturbation", "privacy_ledger.0.noise_std"), ("amp", "privacy_ledger.0.noise_std"),
     ("amp_nt", "privacy_ledger.1.noise_std"), ("tuned random-stopping", "tuning.noise_multiplier"),
+    ("tuned output_perturbation", "privacy_ledger.0.noise_std"),
+    ("validation output_perturbation", "privacy_ledger.0.noise_std"),
     ("audit", "noise_multiplier"), ("dpsgd", "sample_rate"), ("dpsgd", "gradient_evaluations")])
 def test_an_edited_mechanism_fails(tmp_path, genuine, kind, field):
     record = forged(genuine[0][kind], **{field: lambda value: value * 1.1 if isinstance(value, float) else value - 1})
