@@ -43,6 +43,33 @@ def refused(capsys):
 
 
 @pytest.fixture
+def one_thread():
+    """One torch thread for the test (small models: faster than two contending ones; what verify --rerun uses)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory):
+    """One decoded-CIFAR and pretraining cache for the whole session (decoding and pretraining take seconds)."""
+    return tmp_path_factory.mktemp("cifar-cache")
+
+
+@pytest.fixture
+def cifar_home(mirror, isolated_home, shared_cache):
+    """The per-test home (own results store) with the session's shared data and cache folders."""
+    isolated_home.mkdir(parents=True, exist_ok=True)
+    for folder in ("data", "cache"):
+        (shared_cache / folder).mkdir(exist_ok=True)
+        (isolated_home / folder).symlink_to(shared_cache / folder)
+    return isolated_home
+
+
+@pytest.fixture
 def mirror(monkeypatch):
     """The offline mirror of canonical dataset files (../shared/data beside the repository)."""
     if not MIRROR.is_dir():

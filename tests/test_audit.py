@@ -19,13 +19,7 @@ EPOCHS = {"adult": 2, "digits": 10}
 METHODS = ("dpsgd", "dpgd", "norm_bound", "adaclip", "ada_dp", "dpadam", "dpadam_bc")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small models: one thread is faster than two contending ones (and is what verify --rerun uses)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 # --- the bound ------------------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ import tarfile
 import warnings
 
 import numpy as np
-import pytest
 import torch
 from torch.nn import functional as F
 
@@ -22,22 +21,6 @@ from dpbench.methods.ada_dp import AdaDP
 from dpbench.methods.dpadam_bc import DPAdamBC
 from dpbench.methods.dpsgd import DPSGD
 from dpbench.tasks import cifar
-
-
-@pytest.fixture(scope="module")
-def shared_cache(tmp_path_factory):
-    """One decoded-JPEG and pretraining cache for the whole module (decoding and pretraining take seconds)."""
-    return tmp_path_factory.mktemp("cifar-cache")
-
-
-@pytest.fixture
-def cifar_home(mirror, isolated_home, shared_cache):
-    """The per-test home (own results store) with the module's shared data and cache folders."""
-    isolated_home.mkdir(parents=True, exist_ok=True)
-    for folder in ("data", "cache"):
-        (shared_cache / folder).mkdir(exist_ok=True)
-        (isolated_home / folder).symlink_to(shared_cache / folder)
-    return isolated_home
 
 
 def run_json(capsys, *args):

@@ -266,20 +266,6 @@ def test_a_third_random_keeps_two_thirds_of_each_clients_own_classes():
 
 # --- the command ------------------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def shared_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("federated-cache")
-
-
-@pytest.fixture
-def cifar_home(mirror, isolated_home, shared_cache):
-    isolated_home.mkdir(parents=True, exist_ok=True)
-    for folder in ("data", "cache"):
-        (shared_cache / folder).mkdir(exist_ok=True)
-        (isolated_home / folder).symlink_to(shared_cache / folder)
-    return isolated_home
-
-
 def federated_json(capsys, *args):
     assert main(["federated", *args, "--json"]) == 0
     return json.loads(capsys.readouterr().out)

@@ -10,13 +10,7 @@ from dpbench.cli import main
 from dpbench.engine import RunSpec
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small models: one thread is faster than two contending ones (and is what verify --rerun uses)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 PLUGIN_TASK = '''
