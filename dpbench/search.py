@@ -61,6 +61,39 @@ def suggest(trial: optuna.Trial, found: dict[str, optuna.distributions.BaseDistr
     return params
 
 
+def spread_draws(space: Space, count: int, seed: int, purpose: str) -> list[dict[str, Any]]:
+    """``count`` configurations that cover ``space`` evenly: a scrambled Sobol sequence (SciPy's ``qmc.Sobol``, seeded
+    from stream ``purpose`` of ``seed``) mapped to each entry — log-uniform or uniform floats, integers, and
+    categorical choices in equal shares. The validation track's draws: 16 independent random draws of a space of
+    four or five dimensions leave large holes (on adult, 14 of DP-GD's 16 random draws learned nothing), and no
+    trial can learn what it is not given. Written here because Optuna's QMCSampler infers its space from finished
+    trials, which these draws precede."""
+    if not space:
+        return [{}] * count
+    from scipy.stats import qmc
+
+    names = sorted(space)
+    found = distributions(space)
+    points = qmc.Sobol(len(names), scramble=True, seed=streams.derive(seed, purpose) % 2**32).random(count)
+    drawn = []
+    for point in points:
+        params = {}
+        for name, u in zip(names, point):
+            dist = found[name]
+            if isinstance(dist, optuna.distributions.CategoricalDistribution):
+                params[name] = dist.choices[min(int(u * len(dist.choices)), len(dist.choices) - 1)]
+            elif dist.log:
+                value = dist.low * (dist.high / dist.low) ** u
+                params[name] = min(int(value), dist.high) if isinstance(dist, optuna.distributions.IntDistribution) \
+                    else float(value)
+            elif isinstance(dist, optuna.distributions.IntDistribution):
+                params[name] = min(dist.low + int(u * (dist.high - dist.low + 1)), dist.high)
+            else:
+                params[name] = float(dist.low + u * (dist.high - dist.low))
+        drawn.append({name: params[name] for name in space})
+    return drawn
+
+
 def draws(space: Space, count: int, seed: int, purpose: str) -> list[dict[str, Any]]:
     """``count`` independent draws from ``space`` (Optuna's RandomSampler on stream ``purpose`` of ``seed``)."""
     if not space:
