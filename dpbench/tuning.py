@@ -279,7 +279,8 @@ def redacted(url: str) -> str:
 
 def _storage(url: str, heartbeat_interval: int, attempts: int = 5) -> optuna.storages.RDBStorage:
     """Optuna's RDB storage with heartbeats, and the release table. Workers starting together on an empty database
-    can collide creating the tables (PostgreSQL's CREATE TABLE IF NOT EXISTS is not atomic): retried."""
+    can collide creating the tables (PostgreSQL's CREATE TABLE IF NOT EXISTS is not atomic; SQLite reports "table
+    already exists" to the second of two sweep workers): retried."""
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     for attempt in range(attempts):
         try:
@@ -289,7 +290,12 @@ def _storage(url: str, heartbeat_interval: int, attempts: int = 5) -> optuna.sto
                                                      grace_period=3 * heartbeat_interval)
             _RELEASED.metadata.create_all(storage.engine, checkfirst=True)
             return storage
-        except (ImportError, sqlalchemy.exc.ArgumentError, sqlalchemy.exc.OperationalError) as error:
+        except sqlalchemy.exc.OperationalError as error:
+            if "already exists" in str(error) and attempt < attempts - 1:  # SQLite: another worker created it first
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            raise UsageError(f"cannot open the study storage {redacted(url)}: {str(error).splitlines()[0]}") from None
+        except (ImportError, sqlalchemy.exc.ArgumentError) as error:
             raise UsageError(f"cannot open the study storage {redacted(url)}: {str(error).splitlines()[0]}") from None
         except sqlalchemy.exc.SQLAlchemyError:
             if attempt == attempts - 1:

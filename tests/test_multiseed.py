@@ -153,3 +153,24 @@ def test_tasks_with_augmentation_are_not_batched():
     hp, _ = resolve_hyperparameters(METHODS["dpsgd"], Augmented, {})
     with pytest.raises(multiseed.NotBatchable, match="augmentation"):
         multiseed.check_batchable(PrivateTraining(task, METHODS["dpsgd"], hp, 1.0, 64, 0))
+
+
+def test_many_runs_train_in_groups_that_bound_a_steps_memory(monkeypatch):
+    """Runs beyond MAX_PAIRS_PER_STEP (expected rows per step, summed) train in the next group: 80 full-batch
+    trials on kddcup99 in one step held 28 million pairs and were killed for memory. A trial's split of the training
+    data is one tensor for all trials (80 copies took 13 GB)."""
+    from dpbench.tuning_privacy import ValidationSplit
+
+    spec = RunSpec(method="dpsgd", task="breast_cancer", epsilon=1.0, overrides={"epochs": 1, "batch_size": 100},
+                   progress_bar=False, no_wandb=True, append_to_store=False)
+    monkeypatch.setattr(multiseed, "MAX_PAIRS_PER_STEP", 250)  # two runs of ~100 rows per step per group
+    records = multiseed.run_many([replace(spec, seed=seed) for seed in range(5)])
+    assert [r["batched_seeds"] for r in records] == [2, 2, 2, 2, 1]
+    monkeypatch.setattr(multiseed, "MAX_PAIRS_PER_STEP", 10**9)
+    assert [r["metrics"] for r in multiseed.run_many([replace(spec, seed=seed) for seed in (0, 1)])] == \
+           [r["metrics"] for r in records[:2]]  # the same pair in a group of its own: the same runs
+    task = registry.tasks([])["breast_cancer"]()
+    loaded = task.prepare(0)
+    split = ValidationSplit(0.1, 0, 0.0, 0)
+    (first, held), (second, _) = split.split(loaded), split.split(loaded)
+    assert first.x_train is second.x_train and len(first.x_train) + len(held[0]) == loaded.n_train
