@@ -228,12 +228,12 @@ def _groups(indices: list[int], rows_per_step: list[float]) -> list[list[int]]:
     """``indices`` in consecutive groups whose expected rows per step sum to at most :data:`MAX_PAIRS_PER_STEP`."""
     groups: list[list[int]] = []
     load = math.inf
-    for index, rows in zip(indices, rows_per_step):
-        if load + rows > MAX_PAIRS_PER_STEP:
+    for index, expected in zip(indices, rows_per_step):
+        if load + expected > MAX_PAIRS_PER_STEP:
             groups.append([])
             load = 0.0
         groups[-1].append(index)
-        load += rows
+        load += expected
     return groups
 
 

@@ -101,9 +101,9 @@ def _engine(url: str, pid: int) -> sqlalchemy.Engine:
     return engine
 
 
-def _connect(url: str) -> sqlalchemy.Connection:
-    """A connection with the ``runs`` table in place (and SQLite in WAL mode, retried while another process holds
-    the file's lock to do the same)."""
+def _connect(url: str, create: bool = True) -> sqlalchemy.Connection:
+    """A connection; with ``create``, the ``runs`` table in place (and SQLite in WAL mode, retried while another
+    process holds the file's lock to do the same). Readers pass ``create=False``: reading changes nothing."""
     try:
         engine = _engine(url, os.getpid())
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError, ImportError) as error:
@@ -121,6 +121,8 @@ def _connect(url: str) -> sqlalchemy.Connection:
                 continue
             reason = " ".join(str(error.orig or error).split())[:200]
             raise UsageError(f"cannot reach the results store {describe(url)}: {reason}") from None
+        if not create:
+            return connection
         try:
             if file is not None:
                 connection.exec_driver_sql("PRAGMA journal_mode=WAL")
@@ -187,8 +189,10 @@ def load(where: Path | str | None = None, kind: str | None = "run", **filters: s
     url = _url(where)
     if not exists(url):
         return []
-    connection = _connect(url)
+    connection = _connect(url, create=False)
     try:
+        if not sqlalchemy.inspect(connection).has_table("runs"):
+            return []
         appended = sqlalchemy.literal_column("rowid") if connection.dialect.name == "sqlite" else _RUNS.c.seq
         query = sqlalchemy.select(_RUNS.c.record).order_by(_RUNS.c.created_at, appended)
         for column, value in filters.items():

@@ -18,6 +18,7 @@ import io
 import json
 import logging
 import os
+import sqlite3
 import warnings
 from pathlib import Path
 
@@ -26,7 +27,7 @@ import pytorch_lightning as pl
 from hypothesis import HealthCheck, Phase, event, example, given, settings
 from hypothesis import strategies as st
 
-from dpbench import engine, registry, release, store, sweep, tracking, tuning
+from dpbench import choices, engine, registry, release, store, sweep, tracking, tuning, tuning_plan
 from dpbench.cli import main
 from dpbench.records import LEDGER_VERSION
 
@@ -65,8 +66,8 @@ def sandbox(tmp_path, monkeypatch):
 
     monkeypatch.setattr(sweep, "pending", planned_then_trained)
     monkeypatch.setattr(tuning, "open_study", _trained)
-    monkeypatch.setattr(tuning, "calibrate_trial_noise", lambda *args: 1.0)
-    monkeypatch.setattr(tuning, "score_noise_multiplier", lambda trial: 1.0)
+    monkeypatch.setattr(tuning_plan, "calibrate_trial_noise", lambda *args: 1.0)
+    monkeypatch.setattr(tuning_plan, "score_noise_multiplier", lambda trial: 1.0)
     monkeypatch.setattr(engine, "calibrate_noise_multiplier", lambda *args: 1.0)
     monkeypatch.setattr(engine.GaussianReleases, "epsilon", lambda self, delta, accountant="pld": 1.0)
     monkeypatch.setattr(tracking, "records_from_wandb", lambda path: WANDB_RECORDS)  # no network
@@ -272,9 +273,9 @@ def test_set_values(sandbox, argv):
 def tune_command(draw) -> list[str]:
     method, task = draw(name_of(METHODS)), draw(name_of(TASKS))
     table = {
-        "--delta": mostly("1e-5", "1e-7"), "--mode": mostly(*tuning.MODES, bad=TEXT), "--trials": mostly("1", "2", "3.5"),
-        "--k-distribution": mostly(*tuning.K_DISTRIBUTIONS, bad=TEXT), "--eta": mostly("0", "1"),
-        "--search": mostly(*tuning.SAMPLERS, bad=TEXT), "--search-space": PATH,
+        "--delta": mostly("1e-5", "1e-7"), "--mode": mostly(*choices.TUNING_MODES, bad=TEXT), "--trials": mostly("1", "2", "3.5"),
+        "--k-distribution": mostly(*choices.K_DISTRIBUTIONS, bad=TEXT), "--eta": mostly("0", "1"),
+        "--search": mostly(*choices.SEARCH_SAMPLERS, bad=TEXT), "--search-space": PATH,
         "--validation-fraction": mostly("0.1", "0.5"), "--seed": mostly("0", "3"), "--epochs": mostly("1", "2"),
         "--batch-size": mostly("16", "64"), "--set": set_value(method, task),
         "--storage": mostly("sqlite:///study.db", "sqlite:///missing/x/study.db", "sqlite:///file/x.db",
@@ -427,7 +428,7 @@ def search_space(draw):
 
 @FUZZ
 @given(method=st.sampled_from(["dpsgd", "ada_dp", "adaclip", "nonprivate"]),
-       text=st.one_of(search_space().map(json.dumps), TEXT), mode=st.sampled_from(tuning.MODES))
+       text=st.one_of(search_space().map(json.dumps), TEXT), mode=st.sampled_from(choices.TUNING_MODES))
 def test_search_space_files(sandbox, method, text, mode):
     path = sandbox / "space.json"
     path.write_text(text, encoding="utf-8")
@@ -471,8 +472,10 @@ def _store_raw(records: list[dict]) -> None:
     path = store.default_path()
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
-    connection = store._connect(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    connection = sqlite3.connect(path)
     with connection:
+        connection.execute(store.SQLITE_SCHEMA)
         for number, record in enumerate(records):
             columns = [record.get(key, f"fuzz{number}" if key == "run_id" else None)
                        for key in ("run_id", "task", "method", "data_id", "created_at")]
