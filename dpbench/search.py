@@ -74,7 +74,10 @@ def spread_draws(space: Space, count: int, seed: int, purpose: str) -> list[dict
 
     names = sorted(space)
     found = distributions(space)
-    points = qmc.Sobol(len(names), scramble=True, seed=streams.derive(seed, purpose) % 2**32).random(count)
+    sobol = qmc.Sobol(len(names), scramble=True, seed=streams.derive(seed, purpose) % 2**32)
+    with warnings.catch_warnings():  # a count not a power of 2 (the grid's 16 is) loses Sobol's balance, not its spread
+        warnings.filterwarnings("ignore", "The balance properties of Sobol", UserWarning)
+        points = sobol.random(count)
     drawn = []
     for point in points:
         params = {}

@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-from dpbench import datasets
+from dpbench import datasets, stages
 from dpbench.data import dpbench_home, mirror_dir
 from dpbench.task import Classification, TaskData
 
@@ -158,6 +158,8 @@ class CIFAR10CNN(Classification):
         )
 
 
+#: Stage names of a first run (:mod:`dpbench.stages`).
+PRETRAIN_STAGE, FEATURES_STAGE = "pretrain convolutions", "extract features"
 #: Where ``cifar10`` pretrains its convolutions: CIFAR-100 (the paper's choice), or the public substitute.
 PRETRAINING_SOURCES = ("auto", "cifar100", "cifar10_first10k")
 PUBLIC_SLICE = 10_000  # the substitute: the first 10,000 CIFAR-10 training images in the loader's fixed order
@@ -192,7 +194,7 @@ def pretrain_convolutions(images: torch.Tensor, labels: torch.Tensor, classes: i
         optimizer = torch.optim.SGD(network.parameters(), lr=PRETRAINING["lr"], momentum=PRETRAINING["momentum"])
         batch = PRETRAINING["batch_size"]
         steps = epochs * math.ceil(len(images) / batch)
-        with tqdm(total=steps, desc=f"pretrain convolutions on {description}", unit="step") as bar:
+        with tqdm(total=steps, desc=f"{stages.label(PRETRAIN_STAGE)} on {description}", unit="step") as bar:
             for _ in range(epochs):
                 for index in torch.randperm(len(images)).split(batch):
                     loss = F.cross_entropy(network(random_crop_flip(images[index])), labels[index])
@@ -200,14 +202,23 @@ def pretrain_convolutions(images: torch.Tensor, labels: torch.Tensor, classes: i
                     loss.backward()
                     optimizer.step()
                     bar.update()
-                    bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+                    stages.advance(len(index))
+                    bar.set_postfix_str(f"loss={loss.item():.3f} {stages.eta()}", refresh=False)
     return convolutions.requires_grad_(False)
 
 
 @torch.no_grad()
-def features_of(convolutions: nn.Module, images: torch.Tensor) -> torch.Tensor:
+def features_of(convolutions: nn.Module, images: torch.Tensor, what: str = "images") -> torch.Tensor:
     """The frozen convolutions' 1600 outputs per image (no augmentation), computed in slices of 1000."""
-    return torch.cat([convolutions(chunk) for chunk in images.split(1000)]) if len(images) else torch.zeros(0, 1600)
+    if not len(images):
+        return torch.zeros(0, 1600)
+    outputs = []
+    with tqdm(total=len(images), desc=f"{stages.label(FEATURES_STAGE)} ({what})", unit="image") as bar:
+        for chunk in images.split(1000):
+            outputs.append(convolutions(chunk))
+            bar.update(len(chunk))
+            stages.advance(len(chunk), bar)
+    return torch.cat(outputs)
 
 
 class CIFAR10ADADP(Classification):
@@ -301,6 +312,22 @@ class CIFAR10ADADP(Classification):
         return public_images, public_labels, classes, public_id, where, private
 
     def load_data(self) -> TaskData:
+        with stages.planned(self._stages()) as plan:
+            return self._load_data(plan)
+
+    def _stages(self) -> list[tuple[str, int, str]]:
+        """The first run's preparation, as far as it can be known before the images are read: decoding,
+        pretraining and features (:mod:`dpbench.stages`); the cached ones are dropped once known."""
+        public = 50_000 if self.pretraining_source() == "cifar100" else PUBLIC_SLICE
+        private = 50_000 - (0 if self.pretraining_source() == "cifar100" else PUBLIC_SLICE)
+        limit, train_limit = self.settings["pretrain_limit"], self.settings["train_limit"]
+        public = min(public, limit) if limit > 0 else public
+        private = min(private, train_limit) if train_limit > 0 else private
+        return [(datasets.DECODE_STAGE, datasets.cifar10_images_to_decode(), "decode"),
+                (PRETRAIN_STAGE, self.settings["pretrain_epochs"] * public, "train"),
+                (FEATURES_STAGE, private + 10_000, "forward")]
+
+    def _load_data(self, plan: stages.Plan) -> TaskData:
         public_images, public_labels, classes, public_id, where, private = self.split(datasets.load_cifar10())
         epochs = self.settings["pretrain_epochs"]
         setting = {"source": public_id, "classes": classes, "epochs": epochs, **PRETRAINING,
@@ -312,6 +339,10 @@ class CIFAR10ADADP(Classification):
         features_path = folder / f"adadp-features-{key}-{private.data_id}.pt"
         self.convolutions = adadp_convolutions().requires_grad_(False)
         if weights_path.exists():
+            plan.drop(PRETRAIN_STAGE)
+        if features_path.exists():
+            plan.drop(FEATURES_STAGE)
+        if weights_path.exists():
             self.convolutions.load_state_dict(torch.load(weights_path, weights_only=True))
         else:
             trained = pretrain_convolutions(public_images, public_labels, classes, epochs, public_id)
@@ -320,8 +351,8 @@ class CIFAR10ADADP(Classification):
         if features_path.exists():
             stored = torch.load(features_path, weights_only=True)
         else:
-            stored = {"train": features_of(self.convolutions, private.x_train),
-                      "test": features_of(self.convolutions, private.x_test)}
+            stored = {"train": features_of(self.convolutions, private.x_train, "training images"),
+                      "test": features_of(self.convolutions, private.x_test, "test images")}
             datasets.save_atomically(stored, features_path)
         note = f"convolutions pretrained non-privately on {where}"
         preprocessing = (
