@@ -94,7 +94,7 @@ MUTANTS = [
            first="tests/test_tuning_privacy.py"),
     Mutant("replace-one-curve", "tuning", "the tuning's replace-one curve taken as the add/remove one",
            "dpbench/privacy.py", "    if neighbouring == \"add-remove\":\n        accountant = rdp.RdpAccountant",
-           "    if True:\n        accountant = rdp.RdpAccountant", first="tests/test_privacy.py"),
+           "    if True:\n        accountant = rdp.RdpAccountant", first="tests/test_tuning_privacy.py"),
     Mutant("tuning-reveals-k", "tuning", "the released record says how many trials ran",
            "dpbench/tuning.py", '"selected_params": best.params, "study": study.study_name,',
            '"selected_params": best.params, "trials_run": k, "study": study.study_name,', first="tests/test_tuning.py"),
