@@ -28,7 +28,7 @@ from dpbench.clipping import VmapClipper
 from dpbench.errors import UsageError
 from dpbench.method import Method, ReleaseMethod
 from dpbench.privacy import (ACCOUNTANTS, SAMPLERS, GaussianReleases, calibrate_noise_multiplier, check_relation,
-                             default_relation, event_fields, logged_epsilon)
+                             default_relation, epsilon_log, event_fields)
 from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
 from dpbench.task import Task, TaskData
 from dpbench.training import PrivateTraining
@@ -469,8 +469,7 @@ def run(spec: RunSpec, task_class: type[Task] | None = None,
         raise UsageError("resuming needs the run's checkpoint folder")
     wandb = tracking.wandb_settings(spec.wandb_project, spec.wandb_entity, spec.no_wandb)
     logger = tracking.make_logger(wandb, planned.record) if wandb else False
-    epsilon_so_far = ((lambda count: logged_epsilon(planned.releases_charged(count), planned.delta))
-                      if method.private and logger else None)
+    epsilon_so_far = epsilon_log(planned.releases_charged(0), planned.delta) if method.private and logger else None
     try:  # before anything is written: Lightning refuses unknown or unavailable accelerators here
         trainer = pl.Trainer(
             max_epochs=hp["epochs"], accelerator=spec.accelerator, devices=spec.devices, logger=logger,

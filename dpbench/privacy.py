@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import dp_accounting
@@ -181,16 +182,31 @@ def rdp_curve(event: dp_accounting.DpEvent, orders: np.ndarray, neighbouring: st
     return np.array([(a - 0.5) / (a - 1) * curve[2 * a] + curve[2 * a - 1] for a in orders])
 
 
-def logged_epsilon(releases: GaussianReleases, delta: float) -> float:
-    """ε of ``releases`` by RDP (:func:`rdp_curve`): milliseconds, not the PLD's seconds. The training log's per-epoch
-    figure (``privacy/epsilon_spent_rdp``), an upper bound looser than the PLD ε the record reports."""
-    if releases.releases == 0 and not releases.preceded_by:
-        return 0.0
-    if releases.noise_multiplier == 0:
-        return math.inf
+def epsilon_log(releases: GaussianReleases, delta: float) -> Callable[[int], float]:
+    """ε after ``count`` noisy gradients of the mechanism ``releases`` describes (its count aside), by RDP
+    (:func:`rdp_curve`): the training log's per-epoch figure (``privacy/epsilon_spent_rdp``), an upper bound looser
+    than the PLD ε the record reports. Incremental: RDP adds up under composition, and the replace-one bound of
+    :func:`rdp_curve` is linear in the add/remove curve, so the curves of the data releases and of one unit (a
+    Poisson release, or a started epoch of the shuffle sampler) are computed once and each call costs a
+    weighted sum and a minimum over orders — microseconds, where recomputing the whole run's curve took ~65 ms an
+    epoch, more than an MNIST epoch's training (issue 17)."""
     orders = np.asarray(rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
-    curve = rdp_curve(releases.event(), orders, releases.neighbouring)
-    return float(rdp.compute_epsilon(orders, curve, delta)[0])
+    per_unit = releases.releases_per_epoch if releases.sampler == "shuffle" else 1
+    one = GaussianReleases(releases.sample_rate, releases.noise_multiplier, per_unit, releases.sampler,
+                           releases.releases_per_epoch, (), releases.neighbouring)
+    unit = rdp_curve(one.event(), orders, releases.neighbouring) if releases.noise_multiplier > 0 else None
+    base = (rdp_curve(dp_accounting.ComposedDpEvent(list(releases.preceded_by)), orders, releases.neighbouring)
+            if releases.preceded_by else np.zeros_like(orders))
+
+    def at(count: int) -> float:
+        if count == 0 and not releases.preceded_by:
+            return 0.0
+        if unit is None:
+            return math.inf
+        units = math.ceil(count / per_unit)
+        return float(rdp.compute_epsilon(orders, base + units * unit, delta)[0])
+
+    return at
 
 
 def epsilon(sample_rate: float, noise_multiplier: float, steps: int, delta: float, accountant: str = "pld",

@@ -1,4 +1,5 @@
 """The accountant against independent implementations, and calibration."""
+import dataclasses
 import json
 import math
 
@@ -8,6 +9,7 @@ import pytest
 from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 from scipy.stats import norm
 
+from dpbench import privacy
 from dpbench.cli import main
 from dpbench.privacy import GaussianReleases, calibrate_noise_multiplier, epsilon
 
@@ -107,3 +109,26 @@ def test_data_releases_are_composed_with_training_and_leave_it_the_rest_of_the_b
     assert 0.99 < independent <= 1.0
     with pytest.raises(ValueError, match="data releases alone spend"):
         calibrate_noise_multiplier(1.0, delta, q, steps, preceded_by=(dp_accounting.GaussianDpEvent(1.0),))
+
+
+@pytest.mark.parametrize("sampler, neighbouring, preceded", [("poisson", "add-remove", False),
+                                                             ("poisson", "replace-one", False),
+                                                             ("poisson", "add-remove", True),
+                                                             ("shuffle", "replace-one", False)])
+def test_the_per_epoch_log_composes_incrementally_to_the_whole_runs_rdp_figure(sampler, neighbouring, preceded):
+    """The training log's ε after k releases, from curves computed once, equals the RDP ε of the whole k-release
+    mechanism computed from scratch (dp-accounting's RDP accountant; under replace-one through rdp_curve)."""
+    orders = np.asarray(dp_accounting.rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
+    data_release = (dp_accounting.GaussianDpEvent(30.0),) if preceded else ()
+    template = privacy.GaussianReleases(0.02 if sampler == "poisson" else 1.0, 1.3, 0, sampler, 50, data_release,
+                                        neighbouring)
+    log = privacy.epsilon_log(template, 1e-6)
+    for count in (1, 49, 50, 51, 500):
+        releases = dataclasses.replace(template, releases=count)
+        if neighbouring == "add-remove":
+            expected = dp_accounting.rdp.RdpAccountant(list(orders)).compose(releases.event()).get_epsilon(1e-6)
+        else:
+            curve = privacy.rdp_curve(releases.event(), orders, neighbouring)
+            expected = dp_accounting.rdp.compute_epsilon(orders, curve, 1e-6)[0]
+        assert log(count) == pytest.approx(expected, rel=1e-9), count
+    assert privacy.epsilon_log(dataclasses.replace(template, preceded_by=()), 1e-6)(0) == 0.0
