@@ -75,13 +75,14 @@ def planned(stages: list[tuple[str, int, str]], training: str = "private trainin
 
 def label(name: str) -> str:
     """``name`` as the bar of the current stage shows it: ``stage k/n: name`` inside a plan, ``name`` outside.
-    Entering a stage by its name moves the plan to it."""
+    Naming another stage than the current one moves the plan to it."""
     plan = _ACTIVE.get()
     if plan is None:
         return name
     for index, (stage, _, _) in enumerate(plan.stages):
         if stage == name:
-            plan.current, plan.done_units_in_current = index, 0.0
+            if index != plan.current:  # a stage may open several bars (train and test images): one count
+                plan.current, plan.done_units_in_current = index, 0.0
             return f"stage {index + 1}/{plan.count}: {name}"
     return name
 

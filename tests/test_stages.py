@@ -29,3 +29,5 @@ def test_the_estimate_scales_the_units_left_by_the_measured_rate():
         left = 50 * stages.COST["forward"] + 100 * stages.COST["train"]
         minutes, seconds = divmod(int(left * 0.2), 60)
         assert plan.eta() in (f"all ≈ {minutes}:{seconds:02d}", f"all ≈ {minutes}:{seconds - 1:02d}")
+        stages.label("a")  # a second bar of the same stage (e.g. the test images) keeps its count
+        assert plan.units_left() == left
