@@ -243,7 +243,7 @@ class CIFAR10ADADP(Classification):
     Not as in the code: its DP phase applies random crops and flips to the CIFAR-10 images under the frozen
     convolutions; cached features rule that out, so the DP phase here sees unaugmented images. The code pretrains
     for 100 epochs without momentum; here ``pretrain_epochs`` = 10 with momentum 0.9 (``PRETRAINING``), to keep
-    the one-time pretraining to minutes on a CPU.
+    the one-time pretraining to minutes on a CPU (143 s of a 307 s first run on a 2-core CPU; README, "Measured").
 
     Hyperparameters (paper: B = 200, 100 epochs, σ ∈ {2, 4, 6, 8}, ADADP from η0 = 0.1; code: C = 3, δ = 1e-5;
     paper, comparison with DP-Adam: ADADP for 50 epochs, then η_k = η_50 / (1 + 0.1 (k − 50))). ``paper`` profile:
