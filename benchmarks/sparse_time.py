@@ -9,7 +9,6 @@ training time per step, the whole command's wall time, and the test accuracy (eq
 from __future__ import annotations
 
 import argparse
-import bz2
 import json
 import os
 import resource
@@ -19,21 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+from dpbench import libsvm
 
 ROWS, FEATURES, DENSITY = 20242, 47236, 0.0016
-
-
-def write_rcv1_shaped(path: Path, seed: int = 0) -> None:
-    rng = np.random.default_rng(seed)
-    hidden = rng.normal(size=FEATURES)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with bz2.open(path, "wt") as out:
-        for _ in range(ROWS):
-            columns = np.sort(rng.choice(FEATURES, size=max(1, rng.binomial(FEATURES, DENSITY)), replace=False))
-            values = rng.random(len(columns))
-            out.write(f"{1 if values @ hidden[columns] > 0 else -1} "
-                      + " ".join(f"{c + 1}:{v:.6f}" for c, v in zip(columns, values)) + "\n")
 
 
 def run(env: dict[str, str], *extra: str) -> dict:
@@ -53,7 +40,7 @@ def main() -> None:
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="dpbench-sparse-"))
-    write_rcv1_shaped(folder / "mirror" / "rcv1" / "rcv1_train.binary.bz2")
+    libsvm.write_synthetic(folder / "mirror" / "rcv1" / "rcv1_train.binary.bz2", ROWS, FEATURES, DENSITY)
     env = {**os.environ, "DPBENCH_MIRROR": str(folder / "mirror"), "DPBENCH_HOME": str(folder / "home"),
            "WANDB_MODE": "disabled"}
     # Sparse first: RUSAGE_CHILDREN's maxrss is the largest of the children so far, so the dense run's comes second.

@@ -90,3 +90,18 @@ def _load(name: str) -> TaskData:
                      f"float32; labels -1/+1 mapped to 0/1; {unit}; kept sparse (torch sparse COO).")
     return TaskData(_torch(_unit_rows(x_train)), torch.from_numpy(y_train), _torch(_unit_rows(x_test)),
                     torch.from_numpy(y_test), name, preprocessing)
+
+
+def write_synthetic(path, rows: int, features: int, density: float, seed: int = 0) -> None:
+    """A bz2 file in LIBSVM's format with ``rows`` rows of about ``density``·``features`` nonzeros in [0, 1) and
+    ±1 labels from a hidden linear rule: what the tests and ``benchmarks/sparse_time.py`` read in place of the
+    canonical files, which cannot be fetched where they run."""
+    rng = np.random.default_rng(seed)
+    hidden = rng.normal(size=features)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with bz2.open(path, "wt") as out:
+        for _ in range(rows):
+            columns = np.sort(rng.choice(features, size=max(1, rng.binomial(features, density)), replace=False))
+            values = rng.random(len(columns))
+            label = 1 if values @ hidden[columns] > 0 else -1
+            out.write(f"{label} " + " ".join(f"{c + 1}:{v:.6f}" for c, v in zip(columns, values)) + "\n")

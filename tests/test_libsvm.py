@@ -1,10 +1,8 @@
 """The LIBSVM tasks (gisette, realsim, rcv1: tasks/libsvm.py) on files the tests write in the canonical format (bz2
 LIBSVM text, labels ±1, 1-based feature indices): none can be fetched here. Sparse rows stay sparse and train to the
 same model as the same rows densified; what would densify them is refused."""
-import bz2
 import json
 
-import numpy as np
 import pytest
 import torch
 
@@ -15,19 +13,6 @@ from dpbench.ghost import GhostClipper
 from dpbench.tasks.linear import Adult
 
 
-def write_libsvm(path, n, features, density, seed):
-    """A canonical-format file: n rows of about density·features nonzeros, labels from a hidden linear rule."""
-    rng = np.random.default_rng(seed)
-    hidden = rng.normal(size=features)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with bz2.open(path, "wt") as out:
-        for _ in range(n):
-            columns = np.sort(rng.choice(features, size=max(1, rng.binomial(features, density)), replace=False))
-            values = rng.random(len(columns))
-            label = 1 if values @ hidden[columns] > 0 else -1
-            out.write(f"{label} " + " ".join(f"{c + 1}:{v:.6f}" for c, v in zip(columns, values)) + "\n")
-
-
 @pytest.fixture
 def libsvm_mirror(tmp_path, monkeypatch):
     """A mirror holding all four files, with fewer rows than the canonical ones (the shapes are checked against
@@ -36,7 +21,7 @@ def libsvm_mirror(tmp_path, monkeypatch):
     sizes = {"gisette": 600, "gisette-test": 100, "realsim": 700, "rcv1": 800}
     for seed, (key, n) in enumerate(sizes.items()):
         remote = libsvm.FILES[key]
-        write_libsvm(mirror / remote.folder / remote.name, n, libsvm.FEATURES[key.split("-")[0]], 0.002, seed)
+        libsvm.write_synthetic(mirror / remote.folder / remote.name, n, libsvm.FEATURES[key.split("-")[0]], 0.002, seed)
     monkeypatch.setattr(libsvm, "ROWS", sizes)
     monkeypatch.setenv("DPBENCH_MIRROR", str(mirror))
     libsvm._LOADED.clear()
@@ -58,7 +43,7 @@ def test_loaders_read_the_canonical_format_as_sparse_unit_rows(libsvm_mirror, na
 def test_a_file_that_changed_after_its_first_use_is_refused(libsvm_mirror):
     libsvm.load("rcv1")
     remote = libsvm.FILES["rcv1"]
-    write_libsvm(libsvm_mirror / remote.folder / remote.name, 800, libsvm.FEATURES["rcv1"], 0.002, seed=99)
+    libsvm.write_synthetic(libsvm_mirror / remote.folder / remote.name, 800, libsvm.FEATURES["rcv1"], 0.002, seed=99)
     libsvm._LOADED.clear()
     with pytest.raises(data.DataError, match="but the copy first used here had"):
         libsvm.load("rcv1")
