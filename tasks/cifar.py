@@ -318,8 +318,9 @@ class CIFAR10ADADP(Classification):
     def _stages(self) -> list[tuple[str, int, str]]:
         """The first run's preparation, as far as it can be known before the images are read: decoding,
         pretraining and features (:mod:`dpbench.stages`); the cached ones are dropped once known."""
-        public = 50_000 if self.pretraining_source() == "cifar100" else PUBLIC_SLICE
-        private = 50_000 - (0 if self.pretraining_source() == "cifar100" else PUBLIC_SLICE)
+        on_cifar100 = self.pretraining_source() == "cifar100"  # else the first CIFAR-10 images, taken out
+        public = 50_000 if on_cifar100 else PUBLIC_SLICE
+        private = 50_000 if on_cifar100 else 50_000 - PUBLIC_SLICE
         limit, train_limit = self.settings["pretrain_limit"], self.settings["train_limit"]
         public = min(public, limit) if limit > 0 else public
         private = min(private, train_limit) if train_limit > 0 else private
