@@ -34,6 +34,7 @@ import hashlib
 import json
 import os
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -226,24 +227,42 @@ class _WorkerSetup(WorkerPlugin):
         allocator.keep_freed_memory()
 
 
-def _cluster(stack: contextlib.ExitStack, workers: int, scheduler: str | None):
-    """A Dask client: of the cluster at ``scheduler``, or of a LocalCluster of ``workers`` processes."""
+def _local_cluster(workers: int):
+    """A Dask ``LocalCluster`` of ``workers`` processes and its client. The workers import dpbench when they start
+    (``preload``), so that this and the cluster's start overlap the planning of the grid (:func:`run_grid`)."""
     import dask
     from distributed import Client, LocalCluster
 
-    if scheduler:
-        try:
-            client = stack.enter_context(Client(scheduler, timeout="30s"))
-        except (OSError, TimeoutError, ValueError) as error:
-            raise UsageError(f"cannot reach the Dask scheduler {scheduler}: {error}") from None
-        threads = 1  # one torch thread per task: a remote worker's cores are its own business (--nthreads)
-    else:
-        stack.enter_context(dask.config.set({"distributed.worker.daemon": False, "logging.distributed": "error"}))
-        cluster = stack.enter_context(LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                                   memory_limit=0, dashboard_address=None))
-        client = stack.enter_context(Client(cluster))
-        threads = max(1, (os.cpu_count() or 1) // workers)
-    client.register_plugin(_WorkerSetup(threads))
+    with dask.config.set({"distributed.worker.daemon": False, "logging.distributed": "error"}):
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=0,
+                               dashboard_address=None, preload=["dpbench.sweep"])
+    try:
+        client = Client(cluster)
+        client.register_plugin(_WorkerSetup(max(1, (os.cpu_count() or 1) // workers)))
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster, client
+
+
+def _close_local(starting: Future) -> None:
+    """Close the local cluster once it has started (one that failed to start left nothing behind)."""
+    if starting.exception() is None:
+        cluster, client = starting.result()
+        client.close()
+        cluster.close()
+
+
+def _remote_client(scheduler: str):
+    """A Dask client of the cluster at ``scheduler``; one torch thread per task (a remote worker's cores are its
+    own business: ``--nthreads``)."""
+    from distributed import Client
+
+    try:
+        client = Client(scheduler, timeout="30s")
+    except (OSError, TimeoutError, ValueError) as error:
+        raise UsageError(f"cannot reach the Dask scheduler {scheduler}: {error}") from None
+    client.register_plugin(_WorkerSetup(1))
     return client
 
 
@@ -262,24 +281,30 @@ def run_grid(grid: dict[str, Any], workers: int = 1, progress: bool = True,
         raise UsageError(f"unknown methods or tasks in the grid: {', '.join(unknown)}")
     if not scheduler and not 1 <= workers <= max(2, os.cpu_count() or 1):  # each worker process holds its PyTorch
         raise UsageError(f"workers must lie in 1..{max(2, os.cpu_count() or 1)} (the CPU cores), got {workers}")
-    jobs, done, refused = pending(grid)
-    counts = {"ran": 0, "already stored": done, "refused": sum(len(cell.seeds) for cell in refused)}
-    reported: set[tuple[str, str, str]] = set()
-
-    def report(cell: Cell, reason: str) -> None:
-        if (cell.track, cell.task, cell.method) not in reported:
-            print(f"sweep: {cell.track}: {cell.method} on {cell.task} refused: {reason}", file=sys.stderr)
-        reported.add((cell.track, cell.task, cell.method))
-
-    for cell, reason in refused.items():
-        report(cell, reason)
     with contextlib.ExitStack() as stack:
+        client = None
+        if scheduler:
+            client = stack.enter_context(_remote_client(scheduler))
+        elif workers > 1:  # the local cluster starts (its workers importing dpbench) while the grid is planned
+            starting = stack.enter_context(ThreadPoolExecutor(1)).submit(_local_cluster, workers)
+            stack.callback(_close_local, starting)
+        jobs, done, refused = pending(grid)
+        counts = {"ran": 0, "already stored": done, "refused": sum(len(cell.seeds) for cell in refused)}
+        reported: set[tuple[str, str, str]] = set()
+
+        def report(cell: Cell, reason: str) -> None:
+            if (cell.track, cell.task, cell.method) not in reported:
+                print(f"sweep: {cell.track}: {cell.method} on {cell.task} refused: {reason}", file=sys.stderr)
+            reported.add((cell.track, cell.task, cell.method))
+
+        for cell, reason in refused.items():
+            report(cell, reason)
         if workers == 1 and not scheduler:
             results = map(run_cell, jobs)
         elif jobs:
             from distributed import as_completed
 
-            client = _cluster(stack, workers, scheduler)
+            client = client or starting.result()[1]
             futures = [client.submit(run_cell, cell, pure=False) for cell in jobs]
             results = (future.result() for future in as_completed(futures))
         else:
