@@ -6,10 +6,12 @@ replace-one neighbours (as the tabular leaderboard): each with its defaults and 
 (the board's ``none`` track), and validation-tuned (16 trials from its search space on held-out training data, then
 the seeds; the board's ``validation`` track, the selection not charged). The runs go to the results store of
 ``$DPBENCH_HOME`` and to ``--records``; the table (mean test accuracy ± half-width of the 95% confidence interval)
-to stdout and ``--table``::
+to stdout and ``--table``. ``--reuse`` takes the runs of a cell from a records file where they have the identity
+this run would have (settings, code, ledger: :func:`dpbench.engine.identity`), e.g. the committed leaderboard's
+``none`` and ``validation`` cells of ``ada_dp`` and ``dpsgd``, which are these cells::
 
-    python benchmarks/adadp_variants.py --records benchmarks/results/adadp_variants.jsonl \
-        --table benchmarks/results/adadp_variants.md
+    python benchmarks/adadp_variants.py --reuse leaderboards/results.jsonl \
+        --records benchmarks/results/adadp_variants.jsonl --table benchmarks/results/adadp_variants.md
 """
 from __future__ import annotations
 
@@ -22,8 +24,9 @@ from pathlib import Path
 
 from scipy import stats
 
-from dpbench import multiseed, validation
+from dpbench import engine, multiseed, validation
 from dpbench.engine import RunSpec
+from dpbench.records import check_stored
 
 TASKS = ("adult", "digits")
 EPSILONS = (0.1, 1.0, 8.0)
@@ -38,11 +41,28 @@ def cell(values: list[float]) -> str:
     return f"{mean:.3f} ± {half:.3f}"
 
 
+def stored_runs(path: str | None) -> dict[tuple[str, int], dict]:
+    """(identity, seed) → record of a records file, each checked as the sweep checks its store."""
+    runs = {}
+    for line in Path(path).read_text().splitlines() if path else []:
+        record = json.loads(line)
+        check_stored(record)
+        runs[engine.identity(record), record["seed"]] = record
+    return runs
+
+
+def reused(runs: dict[tuple[str, int], dict], identity: str) -> list[dict] | None:
+    found = [runs.get((identity, seed)) for seed in SEEDS]
+    return found if all(found) else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", help="append every record here (JSON lines)")
     parser.add_argument("--table", help="write the markdown table here too")
+    parser.add_argument("--reuse", help="take a cell's runs from this records file where their identity matches")
     args = parser.parse_args()
+    runs = stored_runs(args.reuse)
     results: dict[tuple[str, str, float, str], list[float]] = {}
     records = []
     for task in TASKS:
@@ -50,9 +70,12 @@ def main() -> None:
             for epsilon in EPSILONS:
                 spec = RunSpec(method=method, task=task, epsilon=epsilon, neighbouring="replace-one",
                                overrides=dict(fixed), progress_bar=False, no_wandb=True)
-                untuned = multiseed.run_many([replace(spec, seed=seed) for seed in SEEDS])
-                tuned = validation.run_cell(task, method, epsilon, SEEDS, validation.TrackSettings(16), "replace-one",
-                                            fixed=fixed)
+                untuned = reused(runs, engine.describe(spec)) or multiseed.run_many(
+                    [replace(spec, seed=seed) for seed in SEEDS])
+                tuned = None if fixed else reused(runs, validation.describe(
+                    task, method, epsilon, validation.TrackSettings(16), "replace-one"))
+                tuned = tuned or validation.run_cell(task, method, epsilon, SEEDS, validation.TrackSettings(16),
+                                                     "replace-one", fixed=fixed)
                 for track, found in (("untuned", untuned), ("validation-tuned", tuned)):
                     results[task, label, epsilon, track] = [r["metrics"]["test_accuracy"] for r in found]
                     records += found
