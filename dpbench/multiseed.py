@@ -10,9 +10,14 @@ from one forward pass, one backward pass to the logits and the closed form of a 
 run draws it. The S runs therefore equal S separate runs
 up to floating-point summation order (tested), without S Lightning loops and per-layer hooks.
 
+Per-example transforms that are coordinate-wise affine (:class:`~dpbench.clipping.CoordinateAffine`, AdaCliP's
+(g − m)/b) are batched too, each run with its own: its examples' transformed norms come from
+:func:`dpbench.ghost.affine_sq_norm_bound`, as on the engine's fast path, and its clipped sum is
+(Σ_i c_i G_i − (Σ_i c_i)·M)/S.
+
 Only for what this closed form covers: a task whose model is one ``nn.Linear`` (no augmentation), a
-private method with one release per step, no per-example transform, that asks for its release before changing
-the parameters (checked at run time through the parameters' version counters: a method that moves them first,
+private method with one release per step, no per-example transform other than a coordinate-wise affine one, that
+asks for its release before changing the parameters (checked at run time through the parameters' version counters: a method that moves them first,
 e.g. a look-ahead, is refused with :class:`NotBatchable` and runs seed by seed instead).
 """
 from __future__ import annotations
@@ -26,10 +31,11 @@ import torch
 from torch import nn
 
 from dpbench import engine, rows, tracking
-from dpbench.clipping import clip_factors
+from dpbench.clipping import CoordinateAffine, clip_factors
+from dpbench.ghost import affine_sq_norm_bound
 from dpbench.engine import RunSpec, UsageError
 from dpbench.training import PrivateTraining
-from dpbench.method import Method, ReleaseMethod
+from dpbench.method import ReleaseMethod
 from dpbench.sampling import IndexedTensors
 from dpbench.task import Task
 
@@ -47,10 +53,21 @@ def check_batchable(module: PrivateTraining) -> None:
         raise NotBatchable(f"task {module.task.name}: data augmentation is not batched")
     if method.releases_per_step != 1:
         raise NotBatchable(f"{method.name}: batched runs need a method with one release per step")
-    if method.per_example_transform is not Method.per_example_transform:
-        raise NotBatchable(f"{method.name}: per-example transforms are not batched")
+    transform = module.current_transform()
+    if transform is not None and not isinstance(transform, CoordinateAffine):
+        raise NotBatchable(f"{method.name}: only coordinate-wise affine per-example transforms are batched")
     if module.task.data.x_train.is_sparse:
         raise NotBatchable(f"task {module.task.name}: sparse inputs are not batched")
+
+
+def _affine_norms(x: torch.Tensor, output_grads: torch.Tensor, transform: CoordinateAffine,
+                  with_bias: bool) -> torch.Tensor:
+    """‖(G_i − M)/S‖ of one run's examples (G_i their gradients of the linear layer: weight, then bias), as the
+    fast clipper computes them (``dpbench.ghost``, :func:`~dpbench.ghost.affine_sq_norm_bound`)."""
+    sq = affine_sq_norm_bound(x, output_grads, transform.shift[0], transform.scale[0])
+    if with_bias:
+        sq = sq + ((output_grads - transform.shift[1]) / transform.scale[1]).pow(2).sum(1)
+    return sq.clamp_min(0).sqrt()
 
 
 def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: torch.Tensor,
@@ -61,14 +78,18 @@ def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: to
     run: one product with all S runs' weights gives every pair's logits, one product of the clipped output gradients
     with the rows every run's sum. Otherwise the batches are concatenated (each run's rows a contiguous segment) and
     each segment is multiplied with its own run's weights. ``clips`` and ``scales`` are each run's C and 1/B;
-    ``input_sq`` is ‖x_i‖² (+ 1 with a bias) of every training example.
+    ``input_sq`` is ‖x_i‖² (+ 1 with a bias) of every training example. A run whose method transforms its examples'
+    gradients (a coordinate-wise affine (G − M)/S, checked by :func:`check_batchable`) gets its own norms and sum.
     """
     runs = len(modules)
     layers = [module.task.model for module in modules]
     weight = torch.stack([layer.weight.detach() for layer in layers])  # (S, K, d)
     classes = weight.shape[1]
     bias = torch.stack([layer.bias.detach() for layer in layers]) if layers[0].bias is not None else None
-    shared = all(torch.equal(batch, batches[0]) for batch in batches[1:])
+    transforms = [module.current_transform() for module in modules]
+    if any(t is not None and not isinstance(t, CoordinateAffine) for t in transforms):
+        raise NotBatchable("a per-example transform became other than coordinate-wise affine")
+    shared = all(t is None for t in transforms) and all(torch.equal(batch, batches[0]) for batch in batches[1:])
     if shared:
         rows = batches[0]
         x = data.x.index_select(0, rows)
@@ -96,6 +117,10 @@ def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: to
         losses = task.per_example_loss(logits, data.y.index_select(0, example_of_pair))
         output_grads, = torch.autograd.grad(losses.sum(), logits)
     norms = (output_grads.square().sum(1) * input_sq.index_select(0, example_of_pair)).sqrt()
+    for index, transform in enumerate(transforms):
+        if transform is not None:
+            start, end = bounds[index], bounds[index + 1]
+            norms[start:end] = _affine_norms(x[start:end], output_grads[start:end], transform, bias is not None)
     # each run's clip factors, its sum divided by its B
     factors = clip_factors(norms, clips.index_select(0, run_of_pair), scales.index_select(0, run_of_pair))
     weighted = output_grads * factors.unsqueeze(1)
@@ -108,6 +133,11 @@ def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: to
             torch.mm(weighted[start:end].T, x[start:end], out=sums[0][index])
     if bias is not None:
         sums.append(weighted.new_zeros((runs, classes)).index_add_(0, run_of_pair, weighted))
+    for index, transform in enumerate(transforms):
+        if transform is not None:  # Σ_i c_i (G_i − M)/S = (Σ_i c_i G_i − (Σ_i c_i) M)/S
+            total = factors[bounds[index]:bounds[index + 1]].sum()
+            for summed, shift, scale in zip(sums, transform.shift, transform.scale):
+                summed[index].sub_(total * shift).div_(scale)
     noisy = [torch.empty_like(total) for total in sums]  # every run's noise, drawn from its own stream
     for index, module in enumerate(modules):
         module.fill_noise([noise[index] for noise in noisy])

@@ -42,7 +42,7 @@ class PrivateTraining(pl.LightningModule):
         except ValueError as error:
             raise UsageError(f"{method.name}: {error}") from None
         self.transforms = method.per_example_transform is not Method.per_example_transform
-        self.clipper = clipper or (make_clipper(task.model, self._transform()) if method.private else None)
+        self.clipper = clipper or (make_clipper(task.model, self.current_transform()) if method.private else None)
         self.epsilon_so_far = epsilon_so_far  # for the per-epoch privacy log, when a logger is attached
         self.automatic_optimization = False
         self.releases = 0  # the ledger: every batch drawn for a private method
@@ -52,7 +52,7 @@ class PrivateTraining(pl.LightningModule):
         self._metric_sums: dict[str, float] = {}
         self._metric_count = 0
 
-    def _transform(self) -> Transform | None:
+    def current_transform(self) -> Transform | None:
         """The method's per-example transform as of now (it may depend on the method's state)."""
         return self.method.per_example_transform if self.transforms else None
 
@@ -86,7 +86,7 @@ class PrivateTraining(pl.LightningModule):
             return list(torch.autograd.grad(loss, params))
         # Several ranks: rank 0 draws the noise, the others add their clipped sums into zeros (dpbench.distributed).
         into = self.draw_noise(params) if self.rank == 0 else [torch.zeros_like(p) for p in params]
-        noisy, _ = self.clipper.clipped_sum(self.task, x, y, self.hp["clip"], self._transform(),
+        noisy, _ = self.clipper.clipped_sum(self.task, x, y, self.hp["clip"], self.current_transform(),
                                             scale=1 / self.expected_batch_size, into=into)
         return distributed.sum_over_ranks(noisy) if self.world > 1 else noisy
 

@@ -39,6 +39,8 @@ def train_alone(module, sampler, data, epochs):
     ("digits", "dpsgd", {"momentum": 0.9}),
     ("breast_cancer", "dpadam_bc", {}),
     ("digits", "norm_bound", {}),
+    ("digits", "adaclip", {"h2": 1e-3}),  # (g − m)/b, each seed with its own m and b
+    ("breast_cancer", "adaclip", {"clip": 0.5}),
     ("breast_cancer", "dpgd", {"batch_size": 455}),  # q = 1: every seed's batch is the whole training set
 ])
 def test_batched_seeds_equal_separate_runs(task_name, method_name, overrides):
@@ -84,24 +86,32 @@ def module_for(method_name, model=None):
     task.prepare()
     if model is not None:
         task.model = model
-    method = METHODS[method_name]
+    method = METHODS[method_name] if isinstance(method_name, str) else method_name
     hp, _ = resolve_hyperparameters(method, TASKS["digits"], {})
     return PrivateTraining(task, method, hp, 1.0 if method.private else 0.0, 64, 0)
 
 
+class Squashed(METHODS["dpsgd"]):
+    """A per-example transform that is not coordinate-wise affine."""
+    name = "squashed"
+
+    def per_example_transform(self, gradients):
+        return [torch.tanh(g) for g in gradients]
+
+
 @pytest.mark.parametrize("method_name, model, message", [
     ("ada_dp", None, "one release per step"),
-    ("adaclip", None, "per-example transforms"),
+    (Squashed, None, "only coordinate-wise affine per-example transforms"),
     ("dpsgd", torch.nn.Sequential(torch.nn.Linear(64, 8), torch.nn.ReLU(), torch.nn.Linear(8, 10)), "not a single"),
 ])
 def test_only_linear_models_and_plain_methods_are_batched(method_name, model, message):
     with pytest.raises(multiseed.NotBatchable, match=message):
         multiseed.check_batchable(module_for(method_name, model))
-    multiseed.check_batchable(module_for("dpsgd"))
-    multiseed.check_batchable(module_for("nonprivate"))
+    for batchable in ("dpsgd", "nonprivate", "adaclip"):
+        multiseed.check_batchable(module_for(batchable))
 
 
-@pytest.mark.parametrize("method_name", ["dpsgd", "dpadam_bc", "nonprivate"])
+@pytest.mark.parametrize("method_name", ["dpsgd", "dpadam_bc", "adaclip", "nonprivate"])
 def test_runs_with_other_hyperparameters_and_schedules_batch_like_separate_runs(method_name):
     """Tuning trials: other learning rates, clip norms, epochs and batch sizes (other sampling rates and steps per
     epoch) in one lockstep batch, the shorter runs dropping out; the records equal separate runs'."""
