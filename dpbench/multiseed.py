@@ -15,10 +15,13 @@ Per-example transforms that are coordinate-wise affine (:class:`~dpbench.clippin
 :func:`dpbench.ghost.affine_sq_norm_bound`, as on the engine's fast path, and its clipped sum is
 (Σ_i c_i G_i − (Σ_i c_i)·M)/S.
 
-Only for what this closed form covers: a task whose model is one ``nn.Linear`` (no augmentation), a
-private method with one release per step, no per-example transform other than a coordinate-wise affine one, that
-asks for its release before changing the parameters (checked at run time through the parameters' version counters: a method that moves them first,
-e.g. a look-ahead, is refused with :class:`NotBatchable` and runs seed by seed instead).
+Methods see the engine's contract unchanged: each run's ``step`` runs in a greenlet of its own and its
+``release()`` suspends it until every run of the step has asked for one (:func:`_lockstep`); the releases are then
+computed together, each at its run's parameters of that moment. So methods with several releases per step (ADADP's
+full and half steps) and methods that move their parameters before a release batch too.
+
+Only for what this closed form covers: a task whose model is one ``nn.Linear`` (no augmentation), and no
+per-example transform other than a coordinate-wise affine one.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 import torch
+from greenlet import greenlet
 from torch import nn
 
 from dpbench import engine, rows, tracking
@@ -51,8 +55,6 @@ def check_batchable(module: PrivateTraining) -> None:
         raise NotBatchable(f"task {module.task.name}: the model is not a single linear layer")
     if type(module.task).augment is not Task.augment:
         raise NotBatchable(f"task {module.task.name}: data augmentation is not batched")
-    if method.releases_per_step != 1:
-        raise NotBatchable(f"{method.name}: batched runs need a method with one release per step")
     transform = module.current_transform()
     if transform is not None and not isinstance(transform, CoordinateAffine):
         raise NotBatchable(f"{method.name}: only coordinate-wise affine per-example transforms are batched")
@@ -146,37 +148,62 @@ def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: to
     return [[noise[index] for noise in noisy] for index in range(runs)]
 
 
-def _release_once(module: PrivateTraining, params: list[torch.Tensor], gradients: list[torch.Tensor]):
-    """The release callable for one step: the precomputed gradients, if the parameters have not moved."""
-    versions = [p._version for p in params]
-    calls = []
-
-    def release() -> list[torch.Tensor]:
-        if calls:
-            raise RuntimeError(f"{module.method_class.name} asked for more than one release in one step")
-        if [p._version for p in params] != versions:
-            raise NotBatchable(f"{module.method_class.name} changes the parameters before its release")
-        calls.append(1)
-        return gradients
-
-    return release
-
-
 def _steps(sampler, epochs: int):
-    """A run's batches, step by step, over all its epochs (each epoch on its own sampler stream)."""
+    """A run's steps (each a list of ``releases_per_step`` batches) over all its epochs, each epoch on its own
+    sampler stream."""
     for epoch in range(epochs):
         sampler.set_epoch(epoch)
-        for batches in sampler:
-            yield batches[0]
+        yield from sampler
+
+
+def _switch(target: greenlet, *args):
+    """``target.switch(*args)``, the caller's grad mode restored when it resumes: PyTorch keeps the mode per thread, and
+    the greenlets of one thread would otherwise share it (a method's ``@torch.no_grad()`` step, suspended inside
+    its release, would resume in whatever mode another run's step left)."""
+    mode = torch.is_grad_enabled()
+    try:
+        return target.switch(*args)
+    finally:
+        torch.set_grad_enabled(mode)
+
+
+def _lockstep(modules: list[PrivateTraining], steps: list[list[torch.Tensor]], releases: Callable) -> None:
+    """One step of every run, its method's ``step`` running in a greenlet of its own: each time every unfinished
+    run waits for a release, ``releases(indices, batches)`` computes all of theirs in one batched computation, each
+    for its run's parameters as they are at that moment (a method may move them between its releases, as ADADP's
+    half step does, or before its first). The k-th release of a run's step uses the k-th of its step's batches."""
+    waiting: dict[int, torch.Tensor] = {}
+
+    def start(index: int) -> greenlet:
+        pending = iter(steps[index])
+        module = modules[index]
+
+        def release() -> list[torch.Tensor]:
+            batch = next(pending, None)
+            if batch is None:
+                raise RuntimeError(f"{module.method_class.name} asked for more than "
+                                   f"releases_per_step={module.method_class.releases_per_step} gradients in one step")
+            waiting[index] = batch
+            return _switch(main)
+
+        return greenlet(lambda: module.method.step(release))
+
+    main = greenlet.getcurrent()
+    runs = [start(index) for index in range(len(modules))]
+    for run in runs:
+        _switch(run)  # returns when the run waits for a release or its step is done
+    while waiting:
+        indices = sorted(waiting)
+        for index, gradients in zip(indices, releases(indices, [waiting.pop(index) for index in indices])):
+            _switch(runs[index], gradients)
 
 
 def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, epochs: list[int]) -> None:
     """Train every module for its ``epochs`` of its own sampler, in lockstep: at each step every run that has steps
-    left draws its next batch; runs with fewer steps (fewer epochs, larger batches) drop out when they are done."""
+    left draws its next batches; runs with fewer steps (fewer epochs, larger batches) drop out when they are done."""
     for module in modules:
         check_batchable(module)
         module.on_fit_start()
-    params = [module.params() for module in modules]  # one nn.Linear each, trainable throughout
     clips = torch.tensor([module.hp.get("clip", math.inf) for module in modules], dtype=data.x.dtype)
     scales = torch.tensor([1 / module.expected_batch_size for module in modules], dtype=data.x.dtype)
     input_sq = data.x.square().sum(1) + (1.0 if modules[0].task.model.bias is not None else 0.0)
@@ -184,19 +211,22 @@ def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, 
     active = list(range(len(modules)))
     while True:
         step = [(index, next(pending[index], None)) for index in active]
-        active = [index for index, batch in step if batch is not None]
+        active = [index for index, batches in step if batches is not None]
         if not active:
             return
-        batches = [batch for _, batch in step if batch is not None]
-        chosen = torch.tensor(active)
-        for index, batch in zip(active, batches):
+        batches = [batches for _, batches in step if batches is not None]
+        for index, step_batches in zip(active, batches):
             if modules[index].method_class.private:  # the ledger, as the engine's training_step keeps it
-                modules[index].releases += 1
-                modules[index].sampled += len(batch)
-        releases = _releases([modules[index] for index in active], data, input_sq, batches,
-                             clips.index_select(0, chosen), scales.index_select(0, chosen))
-        for index, gradients in zip(active, releases):
-            modules[index].method.step(_release_once(modules[index], params[index], gradients))
+                modules[index].releases += len(step_batches)
+                modules[index].sampled += sum(len(batch) for batch in step_batches)
+
+        def releases(chosen: list[int], chosen_batches: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+            runs = torch.tensor([active[i] for i in chosen])
+            return _releases([modules[active[i]] for i in chosen], data, input_sq, chosen_batches,
+                             clips.index_select(0, runs), scales.index_select(0, runs))
+
+        _lockstep([modules[index] for index in active], batches, releases)
+        for index in active:
             modules[index].steps += 1
 
 

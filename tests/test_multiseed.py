@@ -22,7 +22,8 @@ def seeded_run(task_name, method_name, seed, sigma, epochs, **overrides):
     data = task.prepare()
     n, batch_size = data.n_train, hp["batch_size"]
     module = PrivateTraining(task, METHODS[method_name], hp, sigma, batch_size, seed)
-    sampler = PoissonSampler(n, batch_size / n, max(1, round(n / batch_size)), 1, seed)
+    per_step = METHODS[method_name].releases_per_step
+    sampler = PoissonSampler(n, batch_size / n, max(1, round(n / (batch_size * per_step))), per_step, seed)
     return module, sampler, data
 
 
@@ -41,6 +42,8 @@ def train_alone(module, sampler, data, epochs):
     ("digits", "norm_bound", {}),
     ("digits", "adaclip", {"h2": 1e-3}),  # (g − m)/b, each seed with its own m and b
     ("breast_cancer", "adaclip", {"clip": 0.5}),
+    ("digits", "ada_dp", {}),  # two releases per step, the second at the half step θ½
+    ("breast_cancer", "ada_dp", {"variant": "paper"}),
     ("breast_cancer", "dpgd", {"batch_size": 455}),  # q = 1: every seed's batch is the whole training set
 ])
 def test_batched_seeds_equal_separate_runs(task_name, method_name, overrides):
@@ -62,23 +65,35 @@ def test_batched_seeds_equal_separate_runs(task_name, method_name, overrides):
     assert not all(torch.equal(a, b) for a, b in zip(first, batched[1][0].params()))  # seeds differ
 
 
-def test_methods_that_move_parameters_before_their_release_are_refused():
-    class LookAhead(METHODS["dpsgd"]):
-        name = "look_ahead"
+class LookAhead(METHODS["dpsgd"]):
+    """Moves its parameters before asking for its release."""
+    name = "look_ahead"
 
-        def step(self, release):
-            with torch.no_grad():
-                self.params[0].add_(0.1)
-            super().step(release)
+    def step(self, release):
+        with torch.no_grad():
+            self.params[0].add_(0.01)
+        super().step(release)
 
-    hp, _ = resolve_hyperparameters(METHODS["dpsgd"], TASKS["digits"], {})
-    pl.seed_everything(0, verbose=False)
-    task = TASKS["digits"]()
-    data = task.prepare()
-    module = PrivateTraining(task, LookAhead, hp, 1.0, 64, 0)
-    sampler = PoissonSampler(data.n_train, 64 / data.n_train, 3, 1, 0)
-    with pytest.raises(multiseed.NotBatchable, match="changes the parameters before its release"):
-        multiseed.train([module], IndexedTensors(data.x_train, data.y_train), [sampler], [1])
+
+def test_methods_that_move_parameters_before_their_release_batch_like_separate_runs():
+    def made(seed):
+        hp, _ = resolve_hyperparameters(LookAhead, TASKS["digits"], {})
+        pl.seed_everything(seed, verbose=False)
+        task = TASKS["digits"]()
+        data = task.prepare()
+        return (PrivateTraining(task, LookAhead, hp, 1.0, 64, seed), PoissonSampler(data.n_train, 64 / data.n_train, 3,
+                                                                                    1, seed), data)
+
+    alone = [made(seed) for seed in (0, 1)]
+    for module, sampler, data in alone:
+        train_alone(module, sampler, data, 1)
+    batched = [made(seed) for seed in (0, 1)]
+    data = batched[0][2]
+    multiseed.train([m for m, _, _ in batched], IndexedTensors(data.x_train, data.y_train), [s for _, s, _ in batched],
+                    [1, 1])
+    for (one, _, _), (many, _, _) in zip(alone, batched):
+        for p, q in zip(one.params(), many.params()):
+            torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5)
 
 
 def module_for(method_name, model=None):
@@ -100,18 +115,17 @@ class Squashed(METHODS["dpsgd"]):
 
 
 @pytest.mark.parametrize("method_name, model, message", [
-    ("ada_dp", None, "one release per step"),
     (Squashed, None, "only coordinate-wise affine per-example transforms"),
     ("dpsgd", torch.nn.Sequential(torch.nn.Linear(64, 8), torch.nn.ReLU(), torch.nn.Linear(8, 10)), "not a single"),
 ])
 def test_only_linear_models_and_plain_methods_are_batched(method_name, model, message):
     with pytest.raises(multiseed.NotBatchable, match=message):
         multiseed.check_batchable(module_for(method_name, model))
-    for batchable in ("dpsgd", "nonprivate", "adaclip"):
+    for batchable in ("dpsgd", "nonprivate", "adaclip", "ada_dp"):
         multiseed.check_batchable(module_for(batchable))
 
 
-@pytest.mark.parametrize("method_name", ["dpsgd", "dpadam_bc", "adaclip", "nonprivate"])
+@pytest.mark.parametrize("method_name", ["dpsgd", "dpadam_bc", "adaclip", "ada_dp", "nonprivate"])
 def test_runs_with_other_hyperparameters_and_schedules_batch_like_separate_runs(method_name):
     """Tuning trials: other learning rates, clip norms, epochs and batch sizes (other sampling rates and steps per
     epoch) in one lockstep batch, the shorter runs dropping out; the records equal separate runs'."""
