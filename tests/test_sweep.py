@@ -12,7 +12,7 @@ def test_sweep_batches_the_seeds_it_can_and_resumes(capsys):
     assert run_grid(grid) == {"ran": 6, "already stored": 0, "refused": 0}
     records = store.load()
     batched = {r["method"]: r.get("batched_seeds") for r in records}
-    assert batched == {"dpsgd": 2, "ada_dp": None, "amp": None}
+    assert batched == {"dpsgd": 2, "ada_dp": 2, "amp": None}  # ADADP batched too (two releases per step)
     assert sorted((r["method"], r["seed"]) for r in records) == sorted(
         (m, s) for m in grid["methods"] for s in (0, 1))
     assert run_grid(grid) == {"ran": 0, "already stored": 6, "refused": 0}
