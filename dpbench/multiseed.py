@@ -36,8 +36,8 @@ from torch import nn
 
 from dpbench import engine, rows, tracking
 from dpbench.clipping import CoordinateAffine, clip_factors
-from dpbench.ghost import affine_sq_norm_bound
 from dpbench.engine import RunSpec, UsageError
+from dpbench.ghost import affine_sq_norm_bound
 from dpbench.training import PrivateTraining
 from dpbench.method import ReleaseMethod
 from dpbench.sampling import IndexedTensors
