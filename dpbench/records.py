@@ -36,9 +36,7 @@ def versions() -> dict[str, str]:
     return found
 
 
-@functools.cache
-def git_commit() -> str | None:
-    """Commit of the dpbench source tree, with ``+dirty`` if tracked files differ from it; None outside git."""
+def _read_git_commit() -> str | None:
     source = Path(__file__).resolve().parent
 
     def git(*args: str) -> str:
@@ -50,6 +48,17 @@ def git_commit() -> str | None:
     except (OSError, subprocess.CalledProcessError):
         return None
     return commit + ("+dirty" if dirty else "")
+
+
+#: Read when dpbench's code is loaded, not when the first record is written: a checkout updated under a running
+#: sweep made its workers' records name the new commit while they ran the code loaded before.
+_GIT_COMMIT = _read_git_commit()
+
+
+def git_commit() -> str | None:
+    """Commit of the dpbench source tree this process loaded, with ``+dirty`` if tracked files differed from it;
+    None outside git."""
+    return _GIT_COMMIT
 
 
 def _file_sha256(path: str) -> str:
