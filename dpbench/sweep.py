@@ -33,6 +33,7 @@ import contextlib
 import hashlib
 import json
 import os
+import signal
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -246,9 +247,16 @@ def _local_cluster(workers: int):
 
 
 def _close_local(starting: Future) -> None:
-    """Close the local cluster once it has started (one that failed to start left nothing behind)."""
+    """Close the local cluster once it has started (one that failed to start left nothing behind). Its worker
+    processes are ours and their records are back (or the sweep is failing): they are terminated first, since a
+    graceful close of processes holding PyTorch takes ~1.4 s, then the cluster closes at once."""
     if starting.exception() is None:
         cluster, client = starting.result()
+        try:
+            for pid in client.run(os.getpid).values():
+                os.kill(pid, signal.SIGTERM)
+        except Exception:  # a worker already gone: close gracefully
+            pass
         client.close()
         cluster.close()
 
