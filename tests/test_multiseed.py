@@ -15,14 +15,15 @@ TASKS = registry.tasks([])
 
 
 def seeded_run(task_name, method_name, seed, sigma, epochs, **overrides):
-    """What engine.run builds for one seed: model, module, sampler."""
-    hp, _ = resolve_hyperparameters(METHODS[method_name], TASKS[task_name], {"epochs": epochs, **overrides})
+    """What engine.run builds for one seed: model, module, sampler. ``method_name``: a registered name or a class."""
+    method = METHODS[method_name] if isinstance(method_name, str) else method_name
+    hp, _ = resolve_hyperparameters(method, TASKS[task_name], {"epochs": epochs, **overrides})
     pl.seed_everything(seed, verbose=False)
     task = TASKS[task_name]()
     data = task.prepare()
     n, batch_size = data.n_train, hp["batch_size"]
-    module = PrivateTraining(task, METHODS[method_name], hp, sigma, batch_size, seed)
-    per_step = METHODS[method_name].releases_per_step
+    module = PrivateTraining(task, method, hp, sigma, batch_size, seed)
+    per_step = method.releases_per_step
     sampler = PoissonSampler(n, batch_size / n, max(1, round(n / (batch_size * per_step))), per_step, seed)
     return module, sampler, data
 
@@ -76,18 +77,10 @@ class LookAhead(METHODS["dpsgd"]):
 
 
 def test_methods_that_move_parameters_before_their_release_batch_like_separate_runs():
-    def made(seed):
-        hp, _ = resolve_hyperparameters(LookAhead, TASKS["digits"], {})
-        pl.seed_everything(seed, verbose=False)
-        task = TASKS["digits"]()
-        data = task.prepare()
-        return (PrivateTraining(task, LookAhead, hp, 1.0, 64, seed), PoissonSampler(data.n_train, 64 / data.n_train, 3,
-                                                                                    1, seed), data)
-
-    alone = [made(seed) for seed in (0, 1)]
+    alone = [seeded_run("digits", LookAhead, seed, 1.0, 1) for seed in (0, 1)]
     for module, sampler, data in alone:
         train_alone(module, sampler, data, 1)
-    batched = [made(seed) for seed in (0, 1)]
+    batched = [seeded_run("digits", LookAhead, seed, 1.0, 1) for seed in (0, 1)]
     data = batched[0][2]
     multiseed.train([m for m, _, _ in batched], IndexedTensors(data.x_train, data.y_train), [s for _, s, _ in batched],
                     [1, 1])
