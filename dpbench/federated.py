@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 from dpbench import records, store, streams, tracking
 from dpbench.engine import UsageError, check_seed
 from dpbench.fedavg import (CLIENT_CLASSES, CLIENT_METHODS, CLIENTS, StackedModel, available_client_size, average,
-                            client_split, local_round, make_clients)
+                            client_split, local_round, make_clients, round_summary)
 from dpbench.task import Task
 
 TASKS = ("cifar10",)
@@ -176,16 +176,17 @@ def run(spec: FederatedSpec) -> dict[str, Any]:
         raise UsageError(f"client size {size} exceeds the {available} images per client that {data.data_id} holds "
                          f"for the paper's class pairs")
     model = StackedModel(task)
-    clients = make_clients(spec.client_method, model.stack(CLIENTS), hp)
-    if clients.batches_per_step * settings["batch_size"] > size:
+    params = model.stack(CLIENTS)
+    clients = make_clients(spec.client_method, params, hp)
+    per_step = clients[0].batches_per_step
+    if per_step * settings["batch_size"] > size:
         raise UsageError(f"batch size {settings['batch_size']} leaves no local step on {size} images per client")
     settings["client_size"] = size
     split = client_split(data.y_train, settings["random_fraction"], size, spec.seed)
     x = torch.stack([data.x_train[index] for index in split])
     y = torch.stack([data.y_train[index] for index in split])
     weights = torch.tensor([len(index) for index in split], dtype=torch.float64) / sum(map(len, split))
-    params = clients.params
-    steps = size // (settings["batch_size"] * clients.batches_per_step)  # local steps per round: one epoch
+    steps = size // (settings["batch_size"] * per_step)  # local steps per round: one epoch
     record: dict[str, Any] = {
         "kind": "federated", "task": spec.task, "method": "fedavg", "client_method": spec.client_method,
         "data_id": data.data_id, "data_note": data.note, "preprocessing": data.preprocessing,
@@ -217,7 +218,7 @@ def run(spec: FederatedSpec) -> dict[str, Any]:
                 for param, mean in zip(params, global_params):
                     param.copy_(mean.expand_as(param))
             entry = {"round": round_number, **evaluate(model, global_params, data.x_test, data.y_test),
-                     **clients.round_summary()}
+                     **round_summary(clients)}
             history.append(entry)
             bar.set_postfix(acc=f"{entry['test_accuracy']:.4f}", refresh=False)
             if wandb_run is not None:
@@ -228,7 +229,7 @@ def run(spec: FederatedSpec) -> dict[str, Any]:
         raise
     record.update({
         "steps": settings["rounds"] * steps,
-        "gradient_evaluations": settings["rounds"] * steps * clients.batches_per_step * CLIENTS,
+        "gradient_evaluations": settings["rounds"] * steps * per_step * CLIENTS,
         "train_seconds": time.perf_counter() - started,
         "metrics": {k: history[-1][k] for k in ("test_accuracy", "test_loss")},
         "history": history,

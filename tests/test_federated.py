@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from dpbench import datasets, federated, registry, store
+from dpbench import datasets, federated, registry, store, streams
 from dpbench.cli import main
-from dpbench.fedavg import (CLIENT_CLASSES, AdaDPClients, StackedModel, TorchClients, available_client_size, average,
-                            client_split)
+from dpbench.fedavg import (CLIENT_CLASSES, AdaDPClients, StackedModel, available_client_size, average, client_split,
+                            local_round, make_clients)
 from dpbench.method import GradientMechanism
 from tests.test_wandb import logged
 
@@ -189,24 +189,29 @@ def test_adadp_clients_on_a_real_model_follow_algorithm_2_per_client():
 
 @pytest.mark.parametrize("method, hp", [("sgd", {"lr": 0.1}),
                                         ("adam", {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8})])
-def test_stacked_optimizer_is_one_optimizer_per_client(method, hp):
+def test_local_rounds_are_each_clients_own_torch_optimizer_on_its_own_batches(method, hp):
+    """Two local rounds of SGD and Adam clients (one-client views of stacked tensors, hand-written backpropagation,
+    SGD fused into it) equal, client by client, an ordinary model trained with autograd and ``torch.optim`` on the
+    batches that stream ``client-batches`` deals."""
     torch.manual_seed(0)
     model = StackedModel(TinyTask(tiny_model(True)))
     params = perturbed(model.stack(2))
-    singles = [[nn.Parameter(p[k].clone()) for p in params] for k in range(2)]
-    optimizers = [torch.optim.SGD(s, lr=hp["lr"]) if method == "sgd" else torch.optim.Adam(s, lr=hp["lr"])
-                  for s in singles]
-    clients = TorchClients(method, params, hp)
-    for _ in range(3):
-        x, y = torch.randn(2, 5, 4), torch.randint(0, 3, (2, 5))
-        for k in range(2):
-            gradients = model([p.unsqueeze(0) for p in singles[k]], x[k:k + 1], y[k:k + 1])
-            for p, g in zip(singles[k], gradients):
-                p.grad = g[0]
-            optimizers[k].step()
-        clients.step(model, [(x, y)])
+    references = [client_model(model.task.model, params, k) for k in range(2)]
+    optimizers = [torch.optim.SGD(r.parameters(), lr=hp["lr"]) if method == "sgd"
+                  else torch.optim.Adam(r.parameters(), lr=hp["lr"]) for r in references]
+    x, y = torch.randn(2, 10, 4), torch.randint(0, 3, (2, 10))
+    clients = make_clients(method, params, hp)
+    for round_number in (1, 2):
+        assert local_round(clients, model, x, y, 5, 7, round_number) == 2
+        generator = streams.generator(7, "client-batches", round_number)
+        for k, order in enumerate([torch.randperm(10, generator=generator) for _ in range(2)]):
+            for batch in order.split(5):
+                optimizers[k].zero_grad()
+                nn.functional.cross_entropy(references[k](x[k, batch]), y[k, batch]).backward()
+                optimizers[k].step()
     for k in range(2):
-        torch.testing.assert_close([p[k] for p in params], [p.detach() for p in singles[k]])
+        expected = [p.detach().t() if p.dim() == 2 else p.detach().view(1, -1) for p in references[k].parameters()]
+        torch.testing.assert_close([p[k] for p in params], expected)
 
 
 def test_fedavg_weighted_average_by_hand():
