@@ -161,6 +161,18 @@ def best_sgd(grouped: dict, fraction: str) -> float | None:
     return max((statistics.mean(values), e) for e, values in runs.items() if len(values) == most)[1]
 
 
+def robustness(grouped: dict, best: dict) -> list[tuple[tuple[str, float], float]]:
+    """((method, exponent), max over shares of best SGD's mean − its mean) for every setting run at every share,
+    smallest first."""
+    if None in best.values():
+        return []
+    tuned = {f: statistics.mean(final(grouped["sgd", f, best[f]])) for f in FRACTIONS}
+    settings = {(m, e) for m, f, e in grouped if m in ("ada_dp", "sgd")}
+    gaps = [((m, e), max(tuned[f] - statistics.mean(final(grouped[m, f, e])) for f in FRACTIONS))
+            for m, e in settings if all((m, f, e) in grouped for f in FRACTIONS)]
+    return sorted(gaps, key=lambda item: item[1])
+
+
 def curve(runs: list[dict]) -> torch.Tensor:
     return torch.tensor([[row["test_accuracy"] for row in r["history"]] for r in runs])
 
@@ -207,6 +219,11 @@ def table(records: list[dict]) -> str:
             final(grouped["sgd", f, best[f]]))
         differences.append(f"{difference:+.3f}")
     lines.append("| ADADP − best SGD | " + " | ".join(differences) + " |")
+    shortfalls = robustness(grouped, best)
+    if shortfalls:
+        lines += ["", "One setting for every share: the largest shortfall of each client rule with a single η (ADADP: "
+                  "η0) against the SGD tuned for that share, over the three shares (mean final accuracies):", "",
+                  ", ".join(f"{label(m, e)}: {gap:.3f}" for (m, e), gap in shortfalls)]
     lines += ["", "ADADP's learning rates at the end (mean over clients and seeds; per client: min–max) and the share "
               "of its iterations that took their step in the last round:", ""]
     for f in FRACTIONS:

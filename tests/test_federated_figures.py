@@ -4,6 +4,8 @@ import importlib.util
 import math
 from pathlib import Path
 
+import pytest
+
 spec = importlib.util.spec_from_file_location(
     "federated_figures", Path(__file__).resolve().parents[1] / "benchmarks" / "federated_figures.py")
 figures = importlib.util.module_from_spec(spec)
@@ -37,3 +39,14 @@ def test_tuned_sgd_is_the_best_mean_among_the_etas_with_most_seeds():
                *[record("sgd", "1/3", -1.5, s, a) for s, a in enumerate((0.72, 0.69, 0.69))]]
     assert figures.best_sgd(figures.groups(records), "1/3") == -2.0
     assert figures.best_sgd(figures.groups(records), "0") is None
+
+
+def test_one_setting_shortfall_is_against_the_sgd_tuned_per_share():
+    means = {("sgd", -2.5): (0.60, 0.70, 0.71), ("sgd", -1.5): (0.55, 0.71, 0.72), ("ada_dp", -2.0): (0.59, 0.70, 0.71)}
+    records = [record(m, f, e, 0, a) for (m, e), row in means.items() for f, a in zip(figures.FRACTIONS, row)]
+    grouped = figures.groups(records)
+    best = {f: figures.best_sgd(grouped, f) for f in figures.FRACTIONS}
+    assert best == {"0": -2.5, "1/3": -1.5, "1": -1.5}
+    gaps = dict(figures.robustness(grouped, best))
+    assert gaps == {("ada_dp", -2.0): pytest.approx(0.01), ("sgd", -2.5): pytest.approx(0.01),
+                    ("sgd", -1.5): pytest.approx(0.05)}
