@@ -109,16 +109,20 @@ class StackedModel:
         return stacked
 
     def _layers(self, params: list[torch.Tensor]):
-        """(module, weight, bias or None) per module; weight None for a ReLU."""
+        """(weight, bias or None) per module of the model; (None, None) for a ReLU."""
         values = iter(params)
         for module in self.task.model:
             if isinstance(module, nn.Linear):
-                yield module, next(values), (next(values) if module.bias is not None else None)
+                yield next(values), (next(values) if module.bias is not None else None)
             else:
-                yield module, None, None
+                yield None, None
 
-    def forward(self, params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        for _, weight, bias in self._layers(params):
+    def forward(self, params: list[torch.Tensor], x: torch.Tensor,
+                inputs: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """Every client's outputs; each module's input is appended to ``inputs`` when given."""
+        for weight, bias in self._layers(params):
+            if inputs is not None:
+                inputs.append(x)
             if weight is None:
                 x = torch.relu(x)
             else:
@@ -130,14 +134,9 @@ class StackedModel:
         loss is the sum over clients of each client's mean loss. The gradient passed on to the layer below is
         computed before the yield, so the caller may then change the layer's weight in place."""
         layers = list(self._layers(params))
-        inputs = []
+        inputs: list[torch.Tensor] = []
         with torch.no_grad():
-            for _, weight, bias in layers:
-                inputs.append(x)
-                if weight is None:
-                    x = torch.relu(x)
-                else:
-                    x = torch.bmm(x, weight) if bias is None else torch.baddbmm(bias, x, weight)
+            x = self.forward(params, x, inputs)
         outputs = x.requires_grad_()
         with torch.enable_grad():
             clients, batch = y.shape
@@ -145,7 +144,7 @@ class StackedModel:
             (delta,) = torch.autograd.grad(losses.view(clients, batch).mean(1).sum(), outputs)
         with torch.no_grad():
             for index in range(len(layers) - 1, -1, -1):
-                _, weight, bias = layers[index]
+                weight, bias = layers[index]
                 if weight is None:
                     delta = delta.mul_(inputs[index] > 0)
                     continue

@@ -6,7 +6,6 @@ import csv
 import json
 from pathlib import Path
 
-
 from dpbench import registry
 from dpbench.cli import main
 
