@@ -93,18 +93,35 @@ def load_exceptions(path: Path) -> list[dict[str, Any]]:
     return entries
 
 
+def _epsilons(entry: dict[str, Any]) -> list[float | None] | str:
+    return "all" if entry["epsilons"] == "all" else [None if e is None else float(e) for e in entry["epsilons"]]
+
+
 def _explains(entry: dict[str, Any], violation: Violation) -> bool:
-    epsilons = entry["epsilons"]
+    epsilons = _epsilons(entry)
     return ((entry["kind"], entry["task"], entry["method"], entry["track"]) ==
             (violation.kind, violation.task, violation.method, violation.track)
             and entry.get("relation", violation.relation) == violation.relation
-            and (epsilons == "all" or violation.epsilon in [None if e is None else float(e) for e in epsilons]))
+            and (epsilons == "all" or violation.epsilon in epsilons))
+
+
+def _stale(entry: dict[str, Any], found: list[Violation]) -> list[float | None]:
+    """The ε an entry lists that match no violation (a rebuilt cell that no longer violates keeps no explanation);
+    an entry for ``"all"`` is stale only if it matches nothing."""
+    matched = {v.epsilon for v in found if _explains(entry, v)}
+    epsilons = _epsilons(entry)
+    if epsilons == "all":
+        return [] if matched else ["all"]
+    return [e for e in epsilons if e not in matched]
 
 
 def check(tables: list[Table], exceptions: list[dict[str, Any]]) -> list[str]:
-    """The lines to report: unexplained violations, and explanations that match nothing."""
+    """The lines to report: unexplained violations, and explanations (or listed ε) that match nothing."""
     found = violations(tables)
     problems = [v.line() for v in found if not any(_explains(entry, v) for entry in exceptions)]
-    problems += [f"stale exception (matches no violation): {json.dumps(entry, ensure_ascii=False)}"
-                 for entry in exceptions if not any(_explains(entry, v) for v in found)]
+    for entry in exceptions:
+        stale = _stale(entry, found)
+        if stale:
+            problems.append(f"stale exception (ε = {', '.join(map(str, stale))} matches no violation): "
+                            f"{json.dumps(entry, ensure_ascii=False)}")
     return problems

@@ -359,5 +359,9 @@ def test_check_lists_every_violation_until_each_is_explained(tmp_path, capsys):
     assert [line[:15] for line in capsys.readouterr().out.splitlines()] == ["stale exception"]
     (tmp_path / "exceptions.json").write_text(json.dumps(stale[:2] + stale[3:]))
     assert main(["leaderboard", "--check", "--records", str(records)]) == 0
+    # An entry listing an ε that no longer violates (a rebuilt cell recovered) is stale for that ε.
+    (tmp_path / "exceptions.json").write_text(json.dumps([stale[0], {**stale[1], "epsilons": [0.5, 1]}, stale[3]]))
+    assert main(["leaderboard", "--check", "--records", str(records)]) == 1
+    assert [line[:33] for line in capsys.readouterr().out.splitlines()] == ["stale exception (ε = 0.5 matches "]
     (tmp_path / "exceptions.json").write_text(json.dumps([{**stale[0], "reason": " "}]))
     assert main(["leaderboard", "--check", "--records", str(records)]) == 2  # no reason: refused
