@@ -105,7 +105,7 @@ def _explains(entry: dict[str, Any], violation: Violation) -> bool:
             and (epsilons == "all" or violation.epsilon in epsilons))
 
 
-def _stale(entry: dict[str, Any], found: list[Violation]) -> list[float | None]:
+def _stale(entry: dict[str, Any], found: list[Violation]) -> list[float | str | None]:
     """The ε an entry lists that match no violation (a rebuilt cell that no longer violates keeps no explanation);
     an entry for ``"all"`` is stale only if it matches nothing."""
     matched = {v.epsilon for v in found if _explains(entry, v)}
