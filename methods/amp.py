@@ -3,6 +3,7 @@ IEEE S&P 2019, Algorithm 1, and its hyperparameter-free variant, as implemented 
 (sunblaze-ucb/dpml-benchmark, ``algorithms/approximate_minima_perturbation.py``, ``gridsearch.py``)."""
 
 import numpy as np
+import pandas as pd
 import torch
 from scipy.linalg import solve
 from scipy.optimize import minimize
@@ -18,27 +19,47 @@ NEWTON_POLISH_STEPS = 5
 EXACT_HESSIAN_MAX_FEATURES = 256
 
 
-def _perturbed_logistic(x: np.ndarray, y: np.ndarray, regularization: float, linear_term: np.ndarray):
-    """L_priv(θ) = mean_i [log(1 + e^{z_i}) − y_i z_i] + (Λ/2n)‖θ‖² + bᵀθ with z = Xθ, y ∈ {0, 1}; its gradient
-    Xᵀ(σ(z) − y)/n + (Λ/n)θ + b, Hessian-vector product Xᵀ(σ(z)(1 − σ(z))·Xv)/n + (Λ/n)v and Hessian."""
-    n = len(x)
+def _distinct_rows(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the distinct rows of x, how many times each occurs, the sum of their labels). Rows are grouped by a 64-bit
+    polynomial hash of their bytes and every group is then checked to hold one row exactly (``np.unique`` if a hash
+    collided). Hand-written: ``np.unique(x, axis=0)`` sorts and took 10 s on kddcup99, this ~0.3 s."""
+    words = np.ascontiguousarray(x).view(np.uint64)
+    multipliers = np.uint64(0x9E3779B97F4A7C15) ** np.arange(1, words.shape[1] + 1, dtype=np.uint64)
+    with np.errstate(over="ignore"):  # arithmetic modulo 2⁶⁴
+        keys = (words * multipliers).sum(axis=1, dtype=np.uint64)
+    groups, _ = pd.factorize(keys)
+    first = np.empty(groups.max() + 1, dtype=np.int64)
+    first[groups[::-1]] = np.arange(len(x) - 1, -1, -1)
+    if not all(np.array_equal(x[first[groups[start:start + 8192]]], x[start:start + 8192])
+               for start in range(0, len(x), 8192)):
+        _, first, groups = np.unique(words.view(np.dtype((np.void, words.shape[1] * 8))).ravel(), return_index=True,
+                                     return_inverse=True)
+    return x[first], np.bincount(groups).astype(x.dtype), np.bincount(groups, weights=y, minlength=len(first))
+
+
+def _perturbed_logistic(x: np.ndarray, counts: np.ndarray, label_sums: np.ndarray, n: int, regularization: float,
+                        linear_term: np.ndarray):
+    """L_priv(θ) = mean_i [log(1 + e^{z_i}) − y_i z_i] + (Λ/2n)‖θ‖² + bᵀθ with z = Xθ, y ∈ {0, 1}, over n examples
+    given as distinct rows x_u occurring c_u times with labels summing to s_u (the mean is then
+    Σ_u [c_u log(1 + e^{z_u}) − s_u z_u]/n); its gradient Xᵀ(cσ(z) − s)/n + (Λ/n)θ + b, Hessian-vector product
+    Xᵀ(cσ(z)(1 − σ(z))·Xv)/n + (Λ/n)v and Hessian."""
     scale = regularization / n
 
     def value(theta):
         z = x @ theta
-        return np.logaddexp(0.0, z).mean() - y @ z / n + scale / 2 * theta @ theta + linear_term @ theta
+        return (counts @ np.logaddexp(0.0, z) - label_sums @ z) / n + scale / 2 * theta @ theta + linear_term @ theta
 
     def gradient(theta):
-        return x.T @ (expit(x @ theta) - y) / n + scale * theta + linear_term
+        return x.T @ (counts * expit(x @ theta) - label_sums) / n + scale * theta + linear_term
 
-    curvature = {}  # σ(z)(1 − σ(z))/n at the last θ: a trust-region step asks for many products at one θ
+    curvature = {}  # cσ(z)(1 − σ(z))/n at the last θ: a trust-region step asks for many products at one θ
 
     def weights(theta):
         key = theta.tobytes()
         if key not in curvature:
             p = expit(x @ theta)
             curvature.clear()
-            curvature[key] = p * (1 - p) / n
+            curvature[key] = counts * p * (1 - p) / n
         return curvature[key]
 
     def hessian_vector(theta, v):
@@ -58,8 +79,11 @@ class AMP(ObjectivePerturbationMethod):
     with SciPy's trust-region Newton method from θ = 0 until ‖∇L_priv(θ)‖₂ < γ — ``trust-exact`` (exact Hessian)
     for up to :data:`EXACT_HESSIAN_MAX_FEATURES` features, ``trust-ncg`` (Hessian-vector products) above —
     finishing with full Newton steps (exact Hessian, ``scipy.linalg.solve``) if the trust region stalls at
-    round-off before reaching γ. Any solver may be used: the privacy analysis needs only ‖∇L_priv(θ)‖₂ ≤ γ. The benchmark uses BFGS and, when it fails, retries with a
-    larger γ and fresh noise, which makes γ depend on the data; here a run that misses γ fails unrecorded.
+    round-off before reaching γ. The solver works on the distinct rows, each weighted by its count (the same
+    objective, cheaper where rows repeat: kddcup99's 395,216 training rows are 119,784 distinct ones); the
+    engine then checks ‖∇L_priv(θ)‖₂ ≤ γ over every row (:meth:`objective_gradient`). Any solver may be used: the
+    privacy analysis needs only that bound. The benchmark uses BFGS and, when it fails, retries with a larger γ
+    and fresh noise, which makes γ depend on the data; here a run that misses γ fails unrecorded.
 
     Constants (the benchmark's, for the logistic loss with rows clipped to norm L = ``input_norm``): Lipschitz L,
     smoothness β = L² (the true bound is L²/4, so Λ is 4× larger than it needs to be, as in the benchmark),
@@ -97,12 +121,14 @@ class AMP(ObjectivePerturbationMethod):
         return self.hp["gamma_n2"] / n**2
 
     def objective_gradient(self, theta, x, y, regularization, linear_term):
-        _, gradient, _, _ = _perturbed_logistic(x.numpy(), y.numpy(), regularization, linear_term.numpy())
+        """∇L_priv(θ) summed over every row, as given (not grouped): the check of the solver's result."""
+        _, gradient, _, _ = _perturbed_logistic(x.numpy(), np.ones(len(x)), y.numpy(), len(x), regularization,
+                                                linear_term.numpy())
         return torch.from_numpy(gradient(theta.numpy()))
 
     def solve(self, x, y, regularization, linear_term, gamma):
-        value, gradient, hessian_vector, hessian = _perturbed_logistic(x.numpy(), y.numpy(), regularization,
-                                                                       linear_term.numpy())
+        value, gradient, hessian_vector, hessian = _perturbed_logistic(*_distinct_rows(x.numpy(), y.numpy()), len(x),
+                                                                       regularization, linear_term.numpy())
         if x.shape[1] <= EXACT_HESSIAN_MAX_FEATURES:  # the objective is strictly convex: Newton, exact Hessian
             result = minimize(value, np.zeros(x.shape[1]), jac=gradient, hess=hessian, method="trust-exact",
                               options={"gtol": gamma, "maxiter": 1000})
