@@ -78,8 +78,10 @@ def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: to
 
     Where every run drew the same rows (full batches), the rows are taken once and every row is paired with every
     run: one product with all S runs' weights gives every pair's logits, one product of the clipped output gradients
-    with the rows every run's sum. Otherwise the batches are concatenated (each run's rows a contiguous segment) and
-    each segment is multiplied with its own run's weights. ``clips`` and ``scales`` are each run's C and 1/B;
+    with the rows every run's sum. Otherwise each run's batch is a row of an (S, longest batch) table of row
+    indices, padded (padding pairs take no part: their output gradients are zero), and one batched product per
+    direction (``torch.baddbmm``/``torch.bmm``) multiplies every run's rows with its own weights; a Python loop over
+    the runs cost more than the products on small batches. ``clips`` and ``scales`` are each run's C and 1/B;
     ``input_sq`` is ‖x_i‖² (+ 1 with a bias) of every training example. A run whose method transforms its examples'
     gradients (a coordinate-wise affine (G − M)/S, checked by :func:`check_batchable`) gets its own norms and sum.
     """
@@ -102,17 +104,15 @@ def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: to
         example_of_pair = rows.repeat_interleave(runs)
         run_of_pair = torch.arange(runs).repeat(len(rows))
     else:
-        rows = torch.cat(batches)
-        x = data.x.index_select(0, rows)
-        bounds = [0, *torch.tensor([len(batch) for batch in batches]).cumsum(0).tolist()]
-        logits = x.new_empty((len(rows), classes))
-        for index in range(runs):
-            start, end = bounds[index], bounds[index + 1]
-            torch.mm(x[start:end], weight[index].T, out=logits[start:end])
-            if bias is not None:
-                logits[start:end] += bias[index]
-        example_of_pair = rows
-        run_of_pair = torch.repeat_interleave(torch.arange(runs), torch.tensor([len(batch) for batch in batches]))
+        lengths = torch.tensor([len(batch) for batch in batches])
+        filled = torch.arange(int(lengths.max())) < lengths[:, None]  # (S, width): which pairs are real
+        example_of_pair = torch.cat(batches)  # the real pairs in run order: run 0's rows, then run 1's, ...
+        table = example_of_pair.new_zeros(filled.shape).masked_scatter_(filled, example_of_pair)
+        padded = data.x.index_select(0, table.flatten()).view(*filled.shape, -1)  # (S, width, d)
+        logits = (torch.bmm(padded, weight.transpose(1, 2)) if bias is None else
+                  torch.baddbmm(bias.unsqueeze(1), padded, weight.transpose(1, 2)))[filled]  # (P, K)
+        run_of_pair = torch.repeat_interleave(torch.arange(runs), lengths)
+        bounds = [0, *lengths.cumsum(0).tolist()]
     logits.requires_grad_(True)
     task = modules[0].task
     with torch.enable_grad():  # ∂ℓ/∂z of every pair, (P, K)
@@ -122,21 +122,20 @@ def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: to
     for index, transform in enumerate(transforms):
         if transform is not None:
             start, end = bounds[index], bounds[index + 1]
-            norms[start:end] = _affine_norms(x[start:end], output_grads[start:end], transform, bias is not None)
+            norms[start:end] = _affine_norms(padded[index, :end - start], output_grads[start:end], transform,
+                                             bias is not None)
     # each run's clip factors, its sum divided by its B
     factors = clip_factors(norms, clips.index_select(0, run_of_pair), scales.index_select(0, run_of_pair))
     weighted = output_grads * factors.unsqueeze(1)
     if shared:
         sums = [(weighted.view(len(rows), runs * classes).T @ x).view(runs, classes, -1)]
     else:
-        sums = [x.new_zeros((runs, classes, x.shape[1]))]
-        for index in range(runs):
-            start, end = bounds[index], bounds[index + 1]
-            torch.mm(weighted[start:end].T, x[start:end], out=sums[0][index])
+        spread = weighted.new_zeros((*filled.shape, classes)).masked_scatter_(filled.unsqueeze(2), weighted)
+        sums = [torch.bmm(spread.transpose(1, 2), padded)]  # (S, K, d)
     if bias is not None:
         sums.append(weighted.new_zeros((runs, classes)).index_add_(0, run_of_pair, weighted))
     for index, transform in enumerate(transforms):
-        if transform is not None:  # Σ_i c_i (G_i − M)/S = (Σ_i c_i G_i − (Σ_i c_i) M)/S
+        if transform is not None:  # Σ_i c_i (G_i − M)/S = (Σ_i c_i G_i − (Σ_i c_i)·M)/S
             total = factors[bounds[index]:bounds[index + 1]].sum()
             for summed, shift, scale in zip(sums, transform.shift, transform.scale):
                 summed[index].sub_(total * shift).div_(scale)
@@ -209,25 +208,30 @@ def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, 
     input_sq = data.x.square().sum(1) + (1.0 if modules[0].task.model.bias is not None else 0.0)
     pending = [_steps(sampler, count) for sampler, count in zip(samplers, epochs)]
     active = list(range(len(modules)))
+    # the ledger, as the engine's training_step keeps it; counted here and set on the modules at the end (an
+    # nn.Module's attribute assignment cost more than the step of a small model)
+    releases, sampled, steps = [0] * len(modules), [0] * len(modules), [0] * len(modules)
     while True:
         step = [(index, next(pending[index], None)) for index in active]
         active = [index for index, batches in step if batches is not None]
         if not active:
-            return
+            break
         batches = [batches for _, batches in step if batches is not None]
         for index, step_batches in zip(active, batches):
-            if modules[index].method_class.private:  # the ledger, as the engine's training_step keeps it
-                modules[index].releases += len(step_batches)
-                modules[index].sampled += sum(len(batch) for batch in step_batches)
+            if modules[index].method_class.private:
+                releases[index] += len(step_batches)
+                sampled[index] += sum(len(batch) for batch in step_batches)
 
-        def releases(chosen: list[int], chosen_batches: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+        def release_all(chosen: list[int], chosen_batches: list[torch.Tensor]) -> list[list[torch.Tensor]]:
             runs = torch.tensor([active[i] for i in chosen])
             return _releases([modules[active[i]] for i in chosen], data, input_sq, chosen_batches,
                              clips.index_select(0, runs), scales.index_select(0, runs))
 
-        _lockstep([modules[index] for index in active], batches, releases)
+        _lockstep([modules[index] for index in active], batches, release_all)
         for index in active:
-            modules[index].steps += 1
+            steps[index] += 1
+    for module, released, drawn, taken in zip(modules, releases, sampled, steps):
+        module.releases, module.sampled, module.steps = released, drawn, taken
 
 
 @torch.no_grad()
