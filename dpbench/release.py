@@ -57,10 +57,21 @@ class Release:
     neighbours: str = NEIGHBOURS
 
 
-def clip_rows(x: torch.Tensor, norm: float) -> torch.Tensor:
+def clip_rows(x: torch.Tensor, norm: float, in_place: bool = False) -> torch.Tensor:
     """Each row scaled to L2 norm at most ``norm``: x·min(1, norm/‖x‖) (the DP-ERM benchmark's ``clip_rows``)."""
-    norms = x.norm(dim=1, keepdim=True)
-    return x * torch.clamp(norm / norms.clamp_min(torch.finfo(x.dtype).tiny), max=1.0)
+    factors = torch.clamp(norm / x.norm(dim=1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny), max=1.0)
+    return x.mul_(factors) if in_place else x * factors
+
+
+def _design(x: torch.Tensor, with_bias: bool) -> torch.Tensor:
+    """The training inputs in float64, with a constant column for the bias (module docstring), written into one new
+    tensor (on kddcup99 a converted copy, a concatenated one and a clipped one took 0.4 s a run)."""
+    n, features = x.shape
+    design = torch.empty(n, features + with_bias, dtype=torch.float64)
+    design[:, :features] = x
+    if with_bias:
+        design[:, features] = 1.0
+    return design
 
 
 @functools.lru_cache(maxsize=64)
@@ -380,11 +391,8 @@ def run(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[Task]
         data, held_out = spec.validation.split(data)
         task.data = data
     n = data.n_train
-    x = data.x_train.double()
     with_bias = task.model.bias is not None
-    if with_bias:  # the bias as the weight of a constant feature (module docstring)
-        x = torch.cat([x, torch.ones(n, 1, dtype=x.dtype)], dim=1)
-    x = clip_rows(x, method.input_norm)
+    x = clip_rows(_design(data.x_train, with_bias), method.input_norm, in_place=True)
     labels = data.y_train
     if task.classes == 2:
         targets = labels.double()[:, None]
