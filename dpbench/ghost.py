@@ -140,22 +140,30 @@ def affine_sq_norm_bound(a: torch.Tensor, g: torch.Tensor, shift: torch.Tensor, 
     γ_k = k·u/(1 − k·u), u = 2⁻⁵³ and k ≥ the number of terms in any sum; the bound is added to the value. Where
     it is not below 0.1% of the value, that example's norm is computed from its materialized (g_i a_iᵀ − M)/S
     (float64, in chunks). The float32 result is rounded up. So the clip factor C/max(‖·‖, C) never lets an
-    example contribute more than C, up to the float32 rounding of the clipped sum itself (relative 1e-6)."""
+    example contribute more than C, up to the float32 rounding of the clipped sum itself (relative 1e-6).
+
+    Shapes: a (B, p), g (B, q), M and S (q, p); or batched, one transform per run (:mod:`dpbench.multiseed`):
+    a (R, B, p), g (R, B, q), M and S (R, q, p), giving (R, B)."""
     a64, g64, shift64 = a.double(), g.double(), shift.double()
     inverse_sq = scale.double().pow(-2)
-    t1 = (((g64 * g64) @ inverse_sq) * (a64 * a64)).sum(1)
-    t2 = ((g64 @ (shift64 * inverse_sq)) * a64).sum(1)
-    t3 = (shift64 * shift64 * inverse_sq).sum()
-    t2_abs = ((g.abs() @ (shift.abs() * inverse_sq.float())) * a.abs()).sum(1).double() * (1 + 1e-4)
-    terms = shift.numel() + a.shape[1] + g.shape[1] + 4
+    t1 = (((a64 * a64) @ inverse_sq.transpose(-2, -1)) * (g64 * g64)).sum(-1)  # sums over p by matrix products
+    t2 = ((a64 @ (shift64 * inverse_sq).transpose(-2, -1)) * g64).sum(-1)
+    t3 = (shift64 * shift64 * inverse_sq).sum((-2, -1)).unsqueeze(-1)
+    t2_abs = ((a.abs() @ (shift.abs() * inverse_sq.float()).transpose(-2, -1)) * g.abs()).sum(-1).double() * (1 + 1e-4)
+    transform_size = shift.shape[-2] * shift.shape[-1]  # one run's M
+    terms = transform_size + a.shape[-1] + g.shape[-1] + 4
     gamma = terms * 2.0**-53 / (1 - terms * 2.0**-53)
     sq = (t1 - 2 * t2 + t3).clamp_min(0)
     error = gamma * (t1 + 2 * t2_abs + t3)
-    unresolved = (error > 1e-3 * sq).nonzero().flatten()
-    for chunk in unresolved.split(max(1, 2**24 // shift.numel())):  # at most ~128 MiB of float64 at a time
-        per_example = (g64[chunk, :, None] * a64[chunk, None, :] - shift64) * inverse_sq.sqrt()
-        sq[chunk] = per_example.square().flatten(1).sum(1)
-        error[chunk] = gamma * sq[chunk]
+    examples = sq.shape[-1]  # per run
+    flat_sq, flat_error = sq.view(-1), error.view(-1)
+    flat_a, flat_g = a64.reshape(-1, a.shape[-1]), g64.reshape(-1, g.shape[-1])
+    unresolved = (flat_error > 1e-3 * flat_sq).nonzero().flatten()
+    for chunk in unresolved.split(max(1, 2**24 // transform_size)):  # at most ~128 MiB of float64 at a time
+        run = chunk // examples if shift.dim() == 3 else slice(None)
+        per_example = (flat_g[chunk, :, None] * flat_a[chunk, None, :] - shift64[run]) * inverse_sq[run].sqrt()
+        flat_sq[chunk] = per_example.square().flatten(1).sum(1)
+        flat_error[chunk] = gamma * flat_sq[chunk]
     return ((sq + error) * (1 + 2.0**-22)).float()
 
 

@@ -25,11 +25,13 @@ per-example transform other than a coordinate-wise affine one.
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import replace
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from greenlet import greenlet
 from torch import nn
@@ -62,26 +64,27 @@ def check_batchable(module: PrivateTraining) -> None:
         raise NotBatchable(f"task {module.task.name}: sparse inputs are not batched")
 
 
-def _affine_norms(x: torch.Tensor, output_grads: torch.Tensor, transform: CoordinateAffine,
-                  with_bias: bool) -> torch.Tensor:
-    """‖(G_i − M)/S‖ of one run's examples (G_i their gradients of the linear layer: weight, then bias), as the
-    fast clipper computes them (``dpbench.ghost``, :func:`~dpbench.ghost.affine_sq_norm_bound`)."""
-    sq = affine_sq_norm_bound(x, output_grads, transform.shift[0], transform.scale[0])
-    if with_bias:
-        sq = sq + ((output_grads - transform.shift[1]) / transform.scale[1]).pow(2).sum(1)
-    return sq.clamp_min(0).sqrt()
+def distinct_examples(data: IndexedTensors) -> tuple[torch.Tensor, torch.Tensor]:
+    """(one position of each distinct example (x, y) of ``data``, how many times it occurs)."""
+    _, by_row = rows.distinct(data.x.numpy())
+    first, by_example = rows.distinct(np.column_stack([by_row, data.y.numpy().reshape(len(data.y), -1)]))
+    return torch.from_numpy(first), torch.from_numpy(np.bincount(by_example)).to(data.x.dtype)
 
 
 def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: torch.Tensor,
-              batches: list[torch.Tensor], clips: torch.Tensor, scales: torch.Tensor):
+              batches: list[torch.Tensor], clips: torch.Tensor, scales: torch.Tensor,
+              whole: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None):
     """Every run's release for its own batch: clipped sum + its own noise, over its expected batch size.
 
     Where every run drew the same rows (full batches), the rows are taken once and every row is paired with every
     run: one product with all S runs' weights gives every pair's logits, one product of the clipped output gradients
-    with the rows every run's sum. Otherwise each run's batch is a row of an (S, longest batch) table of row
-    indices, padded (padding pairs take no part: their output gradients are zero), and one batched product per
-    direction (``torch.baddbmm``/``torch.bmm``) multiplies every run's rows with its own weights; a Python loop over
-    the runs cost more than the products on small batches. ``clips`` and ``scales`` are each run's C and 1/B;
+    with the rows every run's sum. A batch of the whole training set is taken as its distinct examples ``whole()``
+    (:func:`distinct_examples`), each clipped gradient weighted by its count: identical examples have identical
+    gradients, so the sum is the same (kddcup99's 395,216 training examples are 119,784 distinct ones).
+    Otherwise each run's batch is a row of an (S, longest batch) table of row indices, padded (padding pairs take
+    no part: their output gradients are zero), and one batched product per direction (``torch.baddbmm``,
+    ``torch.bmm``) multiplies every run's rows with its own weights; a Python loop over the runs cost more than the
+    products on small batches. ``clips`` and ``scales`` are each run's C and 1/B;
     ``input_sq`` is ‖x_i‖² (+ 1 with a bias) of every training example. A run whose method transforms its examples'
     gradients (a coordinate-wise affine (G − M)/S, checked by :func:`check_batchable`) gets its own norms and sum.
     """
@@ -93,16 +96,22 @@ def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: to
     transforms = [module.current_transform() for module in modules]
     if any(t is not None and not isinstance(t, CoordinateAffine) for t in transforms):
         raise NotBatchable("a per-example transform became other than coordinate-wise affine")
-    shared = all(t is None for t in transforms) and all(torch.equal(batch, batches[0]) for batch in batches[1:])
+    affine = transforms[0] is not None  # (G − M)/S, each run its own M and S: weight, then bias
+    if any((t is not None) != affine for t in transforms):
+        raise NotBatchable("some runs transform their examples' gradients and some do not")
+    shared = not affine and all(torch.equal(batch, batches[0]) for batch in batches[1:])
+    counts = None
     if shared:
-        rows = batches[0]
-        x = data.x.index_select(0, rows)
-        logits = (x @ weight.flatten(0, 1).T).view(len(rows), runs, classes)  # pair (row, run) at [row, run]
+        chosen = batches[0]
+        if whole is not None and len(chosen) == len(data.x) and bool((chosen[1:] > chosen[:-1]).all()):
+            chosen, counts = whole()  # n increasing positions: every example once
+        x = data.x.index_select(0, chosen)
+        logits = (x @ weight.flatten(0, 1).T).view(len(chosen), runs, classes)  # pair (row, run) at [row, run]
         if bias is not None:
             logits = logits + bias
         logits = logits.reshape(-1, classes)
-        example_of_pair = rows.repeat_interleave(runs)
-        run_of_pair = torch.arange(runs).repeat(len(rows))
+        example_of_pair = chosen.repeat_interleave(runs)
+        run_of_pair = torch.arange(runs).repeat(len(chosen))
     else:
         lengths = torch.tensor([len(batch) for batch in batches])
         filled = torch.arange(int(lengths.max())) < lengths[:, None]  # (S, width): which pairs are real
@@ -112,33 +121,37 @@ def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: to
         logits = (torch.bmm(padded, weight.transpose(1, 2)) if bias is None else
                   torch.baddbmm(bias.unsqueeze(1), padded, weight.transpose(1, 2)))[filled]  # (P, K)
         run_of_pair = torch.repeat_interleave(torch.arange(runs), lengths)
-        bounds = [0, *lengths.cumsum(0).tolist()]
     logits.requires_grad_(True)
     task = modules[0].task
     with torch.enable_grad():  # ∂ℓ/∂z of every pair, (P, K)
         losses = task.per_example_loss(logits, data.y.index_select(0, example_of_pair))
         output_grads, = torch.autograd.grad(losses.sum(), logits)
-    norms = (output_grads.square().sum(1) * input_sq.index_select(0, example_of_pair)).sqrt()
-    for index, transform in enumerate(transforms):
-        if transform is not None:
-            start, end = bounds[index], bounds[index + 1]
-            norms[start:end] = _affine_norms(padded[index, :end - start], output_grads[start:end], transform,
-                                             bias is not None)
+    if affine:  # ‖(G_i − M)/S‖ as the fast clipper computes it (dpbench.ghost), every run's pairs at once
+        shifts, divisors = ([torch.stack(parts) for parts in zip(*(getattr(t, side) for t in transforms))]
+                           for side in ("shift", "scale"))
+        spread = output_grads.new_zeros((*filled.shape, classes)).masked_scatter_(filled.unsqueeze(2), output_grads)
+        sq = affine_sq_norm_bound(padded, spread, shifts[0], divisors[0])
+        if bias is not None:
+            sq = sq + ((spread - shifts[1].unsqueeze(1)) / divisors[1].unsqueeze(1)).pow(2).sum(2)
+        norms = sq.clamp_min(0).sqrt()[filled]
+    else:
+        norms = (output_grads.square().sum(1) * input_sq.index_select(0, example_of_pair)).sqrt()
     # each run's clip factors, its sum divided by its B
     factors = clip_factors(norms, clips.index_select(0, run_of_pair), scales.index_select(0, run_of_pair))
     weighted = output_grads * factors.unsqueeze(1)
+    if counts is not None:
+        weighted *= counts.repeat_interleave(runs).unsqueeze(1)
     if shared:
-        sums = [(weighted.view(len(rows), runs * classes).T @ x).view(runs, classes, -1)]
+        sums = [(weighted.view(len(chosen), runs * classes).T @ x).view(runs, classes, -1)]
     else:
         spread = weighted.new_zeros((*filled.shape, classes)).masked_scatter_(filled.unsqueeze(2), weighted)
         sums = [torch.bmm(spread.transpose(1, 2), padded)]  # (S, K, d)
     if bias is not None:
         sums.append(weighted.new_zeros((runs, classes)).index_add_(0, run_of_pair, weighted))
-    for index, transform in enumerate(transforms):
-        if transform is not None:  # Σ_i c_i (G_i − M)/S = (Σ_i c_i G_i − (Σ_i c_i)·M)/S
-            total = factors[bounds[index]:bounds[index + 1]].sum()
-            for summed, shift, scale in zip(sums, transform.shift, transform.scale):
-                summed[index].sub_(total * shift).div_(scale)
+    if affine:  # Σ_i c_i (G_i − M)/S = (Σ_i c_i G_i − (Σ_i c_i)·M)/S
+        totals = factors.new_zeros(runs).index_add_(0, run_of_pair, factors)
+        for summed, shift, scale in zip(sums, shifts, divisors):
+            summed.sub_(totals.view(-1, *[1] * (summed.dim() - 1)) * shift).div_(scale)
     noisy = [torch.empty_like(total) for total in sums]  # every run's noise, drawn from its own stream
     for index, module in enumerate(modules):
         module.fill_noise([noise[index] for noise in noisy])
@@ -208,6 +221,7 @@ def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, 
     input_sq = data.x.square().sum(1) + (1.0 if modules[0].task.model.bias is not None else 0.0)
     pending = [_steps(sampler, count) for sampler, count in zip(samplers, epochs)]
     active = list(range(len(modules)))
+    whole = functools.cache(lambda: distinct_examples(data))  # on the first batch of the whole training set
     # the ledger, as the engine's training_step keeps it; counted here and set on the modules at the end (an
     # nn.Module's attribute assignment cost more than the step of a small model)
     releases, sampled, steps = [0] * len(modules), [0] * len(modules), [0] * len(modules)
@@ -225,7 +239,7 @@ def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, 
         def release_all(chosen: list[int], chosen_batches: list[torch.Tensor]) -> list[list[torch.Tensor]]:
             runs = torch.tensor([active[i] for i in chosen])
             return _releases([modules[active[i]] for i in chosen], data, input_sq, chosen_batches,
-                             clips.index_select(0, runs), scales.index_select(0, runs))
+                             clips.index_select(0, runs), scales.index_select(0, runs), whole)
 
         _lockstep([modules[index] for index in active], batches, release_all)
         for index in active:
@@ -268,7 +282,11 @@ def run_batch(specs: list[RunSpec]) -> list[dict[str, Any]]:
     for module in modules:
         check_batchable(module)
     data = planned[0].data
-    if any(run.data_releases or not torch.equal(run.data.x_train, data.x_train) for run in planned):
+
+    def same_data(run) -> bool:  # the trials of a tuning share their split's tensors (ValidationSplit.split)
+        return run.data.x_train is data.x_train or torch.equal(run.data.x_train, data.x_train)
+
+    if any(run.data_releases or not same_data(run) for run in planned):
         raise NotBatchable(f"task {first.task}: the training data differ between runs")
     started = time.perf_counter()
     train(modules, IndexedTensors(data.x_train, data.y_train), [run.sampler for run in planned],

@@ -168,16 +168,21 @@ def _trial_ids(study: optuna.Study, storage: optuna.storages.RDBStorage, states=
             for trial in study.get_trials(deepcopy=False, states=states)]
 
 
-def _claim(study: optuna.Study, storage: optuna.storages.RDBStorage) -> int | None:
-    """Atomically take a WAITING trial (WAITING → RUNNING in one locked update); None when none is left."""
+def _claims(study: optuna.Study, storage: optuna.storages.RDBStorage):
+    """Atomically take WAITING trials (WAITING → RUNNING in one locked update each), one per ``next``, from one
+    listing of the study's waiting trials: the ones another worker takes first are skipped."""
     for trial_id in _trial_ids(study, storage, (optuna.trial.TrialState.WAITING,)):
         try:
             if storage.set_trial_state_values(trial_id, optuna.trial.TrialState.RUNNING):
                 storage.record_heartbeat(trial_id)
-                return trial_id
+                yield trial_id
         except optuna.exceptions.UpdateFinishedTrialError:
             continue
-    return None
+
+
+def _claim(study: optuna.Study, storage: optuna.storages.RDBStorage) -> int | None:
+    """Atomically take a WAITING trial; None when none is left."""
+    return next(_claims(study, storage), None)
 
 
 class _Heartbeat:
@@ -466,9 +471,8 @@ def tune_together(specs: list[TuneSpec]) -> list[dict[str, Any]]:
     study keeps its own K, ledger and single release; the records are those :func:`tune` would give."""
     opened = [_open(spec) for spec in specs]
     claimed = []
-    for plan_, _, storage, study, _ in opened:
-        while (trial_id := _claim(study, storage)) is not None:
-            claimed.append((plan_, study, trial_id))
+    for plan_, _, storage, study, _ in opened:  # all K trials are enqueued when the study is created
+        claimed += [(plan_, study, trial_id) for trial_id in _claims(study, storage)]
     if claimed:
         _run_together(claimed, opened[0][2])
     released = []

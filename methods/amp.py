@@ -3,12 +3,12 @@ IEEE S&P 2019, Algorithm 1, and its hyperparameter-free variant, as implemented 
 (sunblaze-ucb/dpml-benchmark, ``algorithms/approximate_minima_perturbation.py``, ``gridsearch.py``)."""
 
 import numpy as np
-import pandas as pd
 import torch
 from scipy.linalg import solve
 from scipy.optimize import minimize
 from scipy.special import expit
 
+from dpbench import rows
 from dpbench.release import ObjectivePerturbationMethod
 
 #: Full Newton steps after the solver, whose tests compare objective values and so can stall where their
@@ -20,20 +20,8 @@ EXACT_HESSIAN_MAX_FEATURES = 256
 
 
 def _distinct_rows(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(the distinct rows of x, how many times each occurs, the sum of their labels). Rows are grouped by a 64-bit
-    polynomial hash of their bytes and every group is then checked to hold one row exactly (``np.unique`` if a hash
-    collided). Hand-written: ``np.unique(x, axis=0)`` sorts and took 10 s on kddcup99, this ~0.3 s."""
-    words = np.ascontiguousarray(x).view(np.uint64)
-    multipliers = np.uint64(0x9E3779B97F4A7C15) ** np.arange(1, words.shape[1] + 1, dtype=np.uint64)
-    with np.errstate(over="ignore"):  # arithmetic modulo 2⁶⁴
-        keys = (words * multipliers).sum(axis=1, dtype=np.uint64)
-    groups, _ = pd.factorize(keys)
-    first = np.empty(groups.max() + 1, dtype=np.int64)
-    first[groups[::-1]] = np.arange(len(x) - 1, -1, -1)
-    if not all(np.array_equal(x[first[groups[start:start + 8192]]], x[start:start + 8192])
-               for start in range(0, len(x), 8192)):
-        _, first, groups = np.unique(words.view(np.dtype((np.void, words.shape[1] * 8))).ravel(), return_index=True,
-                                     return_inverse=True)
+    """(the distinct rows of x, how many times each occurs, the sum of their labels)."""
+    first, groups = rows.distinct(x)
     return x[first], np.bincount(groups).astype(x.dtype), np.bincount(groups, weights=y, minlength=len(first))
 
 

@@ -245,20 +245,21 @@ def test_listed_with_one_line_descriptions(capsys):
 def test_the_solver_groups_repeated_rows_into_the_same_objective(monkeypatch):
     """The solver's objective over distinct rows weighted by their counts equals the objective over every row (its
     value, gradient and Hessian), also for identical rows with different labels and when the hash collides."""
+    from dpbench import rows
     from methods import amp as module
 
     rng = np.random.default_rng(3)
-    distinct = rng.normal(size=(6, 4))
-    x = distinct[rng.integers(0, 6, size=40)]
+    pool = rng.normal(size=(6, 4))
+    x = pool[rng.integers(0, 6, size=40)]
     y = rng.integers(0, 2, size=40).astype(float)
     theta, b = rng.normal(size=4), rng.normal(size=4)
     full = module._perturbed_logistic(x, np.ones(40), y, 40, 3.0, b)
     for collide in (False, True):
         if collide:  # every row in one hash group: the check finds the collision and the rows are grouped exactly
-            monkeypatch.setattr(module.pd, "factorize", lambda keys: (np.zeros(len(keys), dtype=np.int64), None))
-        rows, counts, label_sums = module._distinct_rows(x, y)
-        assert len(rows) == len({row.tobytes() for row in x}) and counts.sum() == 40 and label_sums.sum() == y.sum()
-        grouped = module._perturbed_logistic(rows, counts, label_sums, 40, 3.0, b)
+            monkeypatch.setattr(rows.pd, "factorize", lambda keys: (np.zeros(len(keys), dtype=np.int64), None))
+        distinct, counts, label_sums = module._distinct_rows(x, y)
+        assert len(distinct) == len({row.tobytes() for row in x}) and counts.sum() == 40 and label_sums.sum() == y.sum()
+        grouped = module._perturbed_logistic(distinct, counts, label_sums, 40, 3.0, b)
         assert grouped[0](theta) == pytest.approx(full[0](theta), rel=1e-12)
         np.testing.assert_allclose(grouped[1](theta), full[1](theta), rtol=1e-12, atol=1e-15)
         np.testing.assert_allclose(grouped[3](theta), full[3](theta), rtol=1e-12, atol=1e-15)

@@ -191,3 +191,26 @@ def test_many_runs_train_in_groups_that_bound_a_steps_memory(monkeypatch):
     split = ValidationSplit(0.1, 0, 0.0, 0)
     (first, held), (second, _) = split.split(loaded), split.split(loaded)
     assert first.x_train is second.x_train and len(first.x_train) + len(held[0]) == loaded.n_train
+
+
+def test_a_whole_training_set_batch_is_summed_over_its_distinct_examples_with_their_counts(monkeypatch):
+    """DP-GD's batch (every example) is taken as its distinct examples, each clipped gradient weighted by its count:
+    the same training as summing over every row, here with 100 examples repeated."""
+    data = seeded_run("breast_cancer", "dpgd", 0, 1.3, 2)[2]
+    examples = IndexedTensors(torch.cat([data.x_train, data.x_train[:100]]), torch.cat([data.y_train, data.y_train[:100]]))
+    distinct = multiseed.distinct_examples
+    first, counts = distinct(examples)
+    assert len(first) <= len(examples) - 100 and counts.sum() == len(examples) and counts.max() >= 2
+    every_row = (torch.arange(len(examples)), torch.ones(len(examples), dtype=examples.x.dtype))
+    calls = []
+
+    def trained(grouping):
+        monkeypatch.setattr(multiseed, "distinct_examples", lambda d: calls.append(d) or grouping(d))
+        runs = [seeded_run("breast_cancer", "dpgd", seed, 1.3, 2, batch_size=455) for seed in (0, 1)]
+        samplers = [PoissonSampler(len(examples), 1.0, 1, 1, seed) for seed in (0, 1)]
+        multiseed.train([module for module, _, _ in runs], examples, samplers, [2, 2])
+        return [p.detach().clone() for module, _, _ in runs for p in module.params()]
+
+    for by_distinct, by_row in zip(trained(distinct), trained(lambda d: every_row)):
+        torch.testing.assert_close(by_distinct, by_row, rtol=1e-5, atol=1e-6)
+    assert len(calls) == 2  # each training grouped once, on its first whole-set batch
