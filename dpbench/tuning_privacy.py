@@ -40,6 +40,7 @@ For add/remove gradient trials this is exactly dp-accounting's ``RepeatAndSelect
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from typing import Any
@@ -120,7 +121,11 @@ class TrialMechanism:
         return dp_accounting.SelfComposedDpEvent(once, self.releases)
 
     def curve(self, orders: np.ndarray = ORDERS) -> np.ndarray:
-        """The trial's RDP at ``orders`` under its relation (module docstring)."""
+        """The trial's RDP at ``orders`` under its relation (module docstring); at :data:`ORDERS` computed once per
+        process (read-only): a cell's studies plan, score and release the same trial mechanism."""
+        return _curve(self) if orders is ORDERS else self._curve(orders)
+
+    def _curve(self, orders: np.ndarray) -> np.ndarray:
         if self.noise_multiplier == 0:
             return np.full_like(orders, np.inf)
         if self.kind == "output":
@@ -137,6 +142,13 @@ class TrialMechanism:
                     ", replace-one by the weak triangle inequality of the add/remove curve")
         return ("SelfComposed(PoissonSampled(sample_rate, Gaussian(noise_multiplier)), gradient_evaluations)"
                 f"{relation}; training and score in parallel (disjoint data)")
+
+
+@functools.lru_cache(maxsize=256)
+def _curve(trial: TrialMechanism) -> np.ndarray:
+    curve = trial._curve(ORDERS)
+    curve.setflags(write=False)
+    return curve
 
 
 def score_noise_multiplier(trial: TrialMechanism) -> float:
