@@ -34,7 +34,8 @@ def poisson_batches(n: int, sample_rate: float, count: int, generator: torch.Gen
     distribution as n Bernoulli(q) coins at O(qn) work instead of O(n): at q = 0.007, n = 36,000 (adult) the coins
     were most of a batched training step. Each batch takes chunks of gaps until they pass n; the uniforms of one
     chunk per batch are drawn and transformed at once, and a batch that needs more takes the next chunk of the
-    same stream, so the batches are those of ``count`` batches drawn one after the other.
+    same stream, so the batches are those of ``count`` batches drawn one after the other. When every batch fits in
+    its chunk (all but about one draw in 10⁹), all are cumulated at once.
     """
     if sample_rate >= 1:
         return [torch.arange(n) for _ in range(count)]
@@ -47,7 +48,10 @@ def poisson_batches(n: int, sample_rate: float, count: int, generator: torch.Gen
         return uniforms.neg_().log1p_().div_(log_keep).floor_().long().add_(1)
 
     gaps, offset, batches = draw_gaps(count), 0, []
-    for _ in range(count):
+    positions = gaps.view(count, chunk).cumsum(1).sub_(1)  # each batch within its own chunk (the rule)
+    if bool((positions[:, -1] >= n).all()):
+        return [row[:end] for row, end in zip(positions, (positions < n).sum(1).tolist())]
+    for _ in range(count):  # some batch needs more than its chunk: the later batches' chunks move on
         members, last = [], -1
         while last < n:
             if offset == len(gaps):  # earlier batches took extra chunks: draw on

@@ -197,7 +197,8 @@ def test_a_whole_training_set_batch_is_summed_over_its_distinct_examples_with_th
     """DP-GD's batch (every example) is taken as its distinct examples, each clipped gradient weighted by its count:
     the same training as summing over every row, here with 100 examples repeated."""
     data = seeded_run("breast_cancer", "dpgd", 0, 1.3, 2)[2]
-    examples = IndexedTensors(torch.cat([data.x_train, data.x_train[:100]]), torch.cat([data.y_train, data.y_train[:100]]))
+    examples = IndexedTensors(torch.cat([data.x_train, data.x_train[:100]]),
+                              torch.cat([data.y_train, data.y_train[:100]]))
     distinct = multiseed.distinct_examples
     first, counts = distinct(examples)
     assert len(first) <= len(examples) - 100 and counts.sum() == len(examples) and counts.max() >= 2
