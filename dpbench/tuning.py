@@ -148,7 +148,7 @@ def open_study(plan_: Plan, storage: optuna.storages.RDBStorage, name: str, wait
         study.set_user_attr("k", k)
         for _ in range(k):
             study.enqueue_trial({})
-        for trial_id in _trial_ids(study, storage):  # a claimed trial is never without a heartbeat
+        for trial_id, _ in _trial_ids(study, storage):  # a claimed trial is never without a heartbeat
             storage.record_heartbeat(trial_id)
         study.set_user_attr("ready", True)
         return study
@@ -162,26 +162,27 @@ def open_study(plan_: Plan, storage: optuna.storages.RDBStorage, name: str, wait
     return study
 
 
-def _trial_ids(study: optuna.Study, storage: optuna.storages.RDBStorage, states=None) -> list[int]:
+def _trial_ids(study: optuna.Study, storage: optuna.storages.RDBStorage, states=None) -> list[tuple[int, int]]:
+    """(storage id, number) of the study's trials in ``states``."""
     study_id = storage.get_study_id_from_name(study.study_name)
-    return [storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+    return [(storage.get_trial_id_from_study_id_trial_number(study_id, trial.number), trial.number)
             for trial in study.get_trials(deepcopy=False, states=states)]
 
 
 def _claims(study: optuna.Study, storage: optuna.storages.RDBStorage):
-    """Atomically take WAITING trials (WAITING → RUNNING in one locked update each), one per ``next``, from one
-    listing of the study's waiting trials: the ones another worker takes first are skipped."""
-    for trial_id in _trial_ids(study, storage, (optuna.trial.TrialState.WAITING,)):
+    """Atomically take WAITING trials (WAITING → RUNNING in one locked update each), one (storage id, number) per
+    ``next``, from one listing of the study's waiting trials: the ones another worker takes first are skipped."""
+    for trial_id, number in _trial_ids(study, storage, (optuna.trial.TrialState.WAITING,)):
         try:
             if storage.set_trial_state_values(trial_id, optuna.trial.TrialState.RUNNING):
                 storage.record_heartbeat(trial_id)
-                yield trial_id
+                yield trial_id, number
         except optuna.exceptions.UpdateFinishedTrialError:
             continue
 
 
-def _claim(study: optuna.Study, storage: optuna.storages.RDBStorage) -> int | None:
-    """Atomically take a WAITING trial; None when none is left."""
+def _claim(study: optuna.Study, storage: optuna.storages.RDBStorage) -> tuple[int, int] | None:
+    """Atomically take a WAITING trial: its (storage id, number); None when none is left."""
     return next(_claims(study, storage), None)
 
 
@@ -242,9 +243,8 @@ def _check_trial(plan_: Plan, number: int, record: dict[str, Any]) -> None:
         raise RuntimeError(f"trial {number} ran {ran}; the tuning charges {planned}")
 
 
-def _begin(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBStorage, trial_id: int):
+def _begin(plan_: Plan, study: optuna.Study, trial_id: int, number: int):
     """A claimed trial's optuna handle, number and hyperparameters (drawn by its own sampler)."""
-    number = storage.get_trial_number_from_id(trial_id)
     study.sampler = _sampler(plan_, number)
     trial = optuna.Trial(study, trial_id)
     trial.set_user_attr("worker", f"{os.uname().nodename}:{os.getpid()}")
@@ -276,14 +276,15 @@ def _finish(plan_: Plan, study: optuna.Study, trial: optuna.Trial, number: int, 
             pass  # failed as stale by another worker meanwhile: it counts, once
 
 
-def _run_trial(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBStorage, trial_id: int) -> None:
+def _run_trial(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBStorage,
+               claimed: tuple[int, int]) -> None:
     """Sample, train and score one claimed trial and tell the study; any failure is told as FAIL (it counts)."""
-    trial, number, record, error = None, None, None, None
+    (trial_id, number), trial, record, error = claimed, None, None, None
     try:
         with _Heartbeat(storage, trial_id, plan_.spec.heartbeat_interval):
             if storage.get_trial(trial_id).state != optuna.trial.TrialState.RUNNING:
                 return  # failed as stale before it started: it counts, and it never touches the data
-            trial, number, params = _begin(plan_, study, storage, trial_id)
+            trial, number, params = _begin(plan_, study, trial_id, number)
             record = engine.run(_trial_run_spec(plan_, params, number))
     except Exception as failure:
         error = failure
@@ -292,13 +293,14 @@ def _run_trial(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBSto
             _finish(plan_, study, trial, number, record, error)
 
 
-def _run_together(claimed: list[tuple[Plan, optuna.Study, int]], storage: optuna.storages.RDBStorage) -> None:
+def _run_together(claimed: list[tuple[Plan, optuna.Study, tuple[int, int]]],
+                  storage: optuna.storages.RDBStorage) -> None:
     """Claimed trials of studies that share a per-trial mechanism, trained as one batch where
     :mod:`dpbench.multiseed` applies (each trial keeps its own seed, hyperparameters, noise and score), else one
     by one; each trial is told its own outcome, as :func:`_run_trial` would."""
     interval = min(plan_.spec.heartbeat_interval for plan_, _, _ in claimed)
-    with _Heartbeat(storage, [trial_id for _, _, trial_id in claimed], interval):
-        begun = [(plan_, study, *_begin(plan_, study, storage, trial_id)) for plan_, study, trial_id in claimed]
+    with _Heartbeat(storage, [trial_id for _, _, (trial_id, _) in claimed], interval):
+        begun = [(plan_, study, *_begin(plan_, study, *ids)) for plan_, study, ids in claimed]
         specs = [_trial_run_spec(plan_, params, number) for plan_, _, _, number, params in begun]
         try:
             outcomes = [(record, None) for record in multiseed.run_many(specs)]
@@ -315,8 +317,8 @@ def _run_together(claimed: list[tuple[Plan, optuna.Study, int]], storage: optuna
 
 def work(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBStorage) -> None:
     """Run trials until none is left to claim, then wait for the other workers' trials (failing stale ones)."""
-    while (trial_id := _claim(study, storage)) is not None:
-        _run_trial(plan_, study, storage, trial_id)
+    while (claimed := _claim(study, storage)) is not None:
+        _run_trial(plan_, study, storage, claimed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         while True:
@@ -432,7 +434,9 @@ def _release_once(url: str, name: str, record: dict[str, Any]) -> tuple[dict[str
         db.dispose()
 
 
-def _open(spec: TuneSpec) -> tuple[Plan, str, optuna.storages.RDBStorage, optuna.Study, str]:
+def _open(spec: TuneSpec, storages: dict[tuple[str, int], optuna.storages.RDBStorage] | None = None
+          ) -> tuple[Plan, str, optuna.storages.RDBStorage, optuna.Study, str]:
+    """The study's plan, storage URL, storage (one per URL and heartbeat in ``storages``), study and name."""
     plan_ = plan(spec)
     url = spec.storage or default_storage()
     if url.startswith("sqlite:///"):
@@ -440,7 +444,10 @@ def _open(spec: TuneSpec) -> tuple[Plan, str, optuna.storages.RDBStorage, optuna
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise UsageError(f"cannot create the folder of the study storage {url}: {error.strerror}") from None
-    storage = _storage(url, spec.heartbeat_interval)
+    storages = {} if storages is None else storages
+    if (url, spec.heartbeat_interval) not in storages:
+        storages[url, spec.heartbeat_interval] = _storage(url, spec.heartbeat_interval)
+    storage = storages[url, spec.heartbeat_interval]
     name = spec.study or default_study_name(spec)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return plan_, url, storage, open_study(plan_, storage, name), name
@@ -469,10 +476,11 @@ def tune_together(specs: list[TuneSpec]) -> list[dict[str, Any]]:
     """:func:`tune` for studies that run one per-trial mechanism (the leaderboard's tuning seeds of a cell: same
     method, task, budget, K distribution, fixed settings and split seed), their trials trained as one batch. Each
     study keeps its own K, ledger and single release; the records are those :func:`tune` would give."""
-    opened = [_open(spec) for spec in specs]
+    storages: dict = {}  # one storage for studies in the same database
+    opened = [_open(spec, storages) for spec in specs]
     claimed = []
     for plan_, _, storage, study, _ in opened:  # all K trials are enqueued when the study is created
-        claimed += [(plan_, study, trial_id) for trial_id in _claims(study, storage)]
+        claimed += [(plan_, study, ids) for ids in _claims(study, storage)]
     if claimed:
         _run_together(claimed, opened[0][2])
     released = []
