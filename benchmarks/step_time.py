@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import statistics
@@ -152,8 +153,11 @@ def side_by_side(model: str, variants: list[str], warmup: int, repeats: int) -> 
             for variant in variants}
 
 
-def run_child(*args: str) -> dict:
-    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True)
+def run_child(*args: str, malloc: str) -> dict:
+    """This script with ``args`` in a process of its own, PyTorch's page-aligned allocation on or off as ``malloc``
+    says (dpbench sets it at import, before the child's choice could be made; dpbench/allocator.py)."""
+    env = {**os.environ, "THP_MEM_ALLOC_ENABLE": "1" if malloc == "dpbench" else "0"}
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, env=env)
     if out.returncode:
         raise RuntimeError(out.stderr.strip().splitlines()[-1])
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -168,7 +172,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--malloc", choices=("dpbench", "default"), default="dpbench",
                         help="dpbench: every variant's process keeps freed memory as the dpbench command does "
-                             "(dpbench/allocator.py); default: glibc's own settings")
+                             "(dpbench/allocator.py); default: glibc's and PyTorch's own settings")
     parser.add_argument("--memory", nargs=2, metavar=("MODEL", "VARIANT"), help=argparse.SUPPRESS)
     parser.add_argument("--side-by-side", metavar="MODEL", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -185,13 +189,14 @@ def main() -> None:
     for model in args.models:
         try:
             timed = run_child("--side-by-side", model, "--variants", *variants, "--warmup", str(args.warmup),
-                              "--repeats", str(args.repeats), "--malloc", args.malloc)
+                              "--repeats", str(args.repeats), "--malloc", args.malloc, malloc=args.malloc)
         except RuntimeError as error:
             rows += [{"model": model, "variant": variant, "error": str(error)} for variant in variants]
             continue
         for variant in variants:
             try:
-                memory = run_child("--memory", model, variant, "--warmup", str(args.warmup), "--malloc", args.malloc)
+                memory = run_child("--memory", model, variant, "--warmup", str(args.warmup), "--malloc", args.malloc,
+                                   malloc=args.malloc)
             except RuntimeError as error:
                 rows.append({"model": model, "variant": variant, "error": str(error)})
                 continue
