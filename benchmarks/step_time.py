@@ -154,10 +154,11 @@ def side_by_side(model: str, variants: list[str], warmup: int, repeats: int) -> 
 
 
 def run_child(*args: str, malloc: str) -> dict:
-    """This script with ``args`` in a process of its own, PyTorch's page-aligned allocation on or off as ``malloc``
-    says (dpbench sets it at import, before the child's choice could be made; dpbench/allocator.py)."""
+    """This script with ``args`` and ``--malloc malloc`` in a process of its own, PyTorch's page-aligned allocation
+    on or off as ``malloc`` says (dpbench sets it at import, before the child could choose; dpbench/allocator.py)."""
     env = {**os.environ, "THP_MEM_ALLOC_ENABLE": "1" if malloc == "dpbench" else "0"}
-    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, env=env)
+    out = subprocess.run([sys.executable, __file__, *args, "--malloc", malloc], capture_output=True, text=True,
+                         env=env)
     if out.returncode:
         raise RuntimeError(out.stderr.strip().splitlines()[-1])
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -189,14 +190,13 @@ def main() -> None:
     for model in args.models:
         try:
             timed = run_child("--side-by-side", model, "--variants", *variants, "--warmup", str(args.warmup),
-                              "--repeats", str(args.repeats), "--malloc", args.malloc, malloc=args.malloc)
+                              "--repeats", str(args.repeats), malloc=args.malloc)
         except RuntimeError as error:
             rows += [{"model": model, "variant": variant, "error": str(error)} for variant in variants]
             continue
         for variant in variants:
             try:
-                memory = run_child("--memory", model, variant, "--warmup", str(args.warmup), "--malloc", args.malloc,
-                                   malloc=args.malloc)
+                memory = run_child("--memory", model, variant, "--warmup", str(args.warmup), malloc=args.malloc)
             except RuntimeError as error:
                 rows.append({"model": model, "variant": variant, "error": str(error)})
                 continue

@@ -244,11 +244,11 @@ def _check_trial(plan_: Plan, number: int, record: dict[str, Any]) -> None:
 
 
 def _begin(plan_: Plan, study: optuna.Study, trial_id: int, number: int):
-    """A claimed trial's optuna handle, number and hyperparameters (drawn by its own sampler)."""
+    """A claimed trial's optuna handle and hyperparameters (drawn by its own sampler)."""
     study.sampler = _sampler(plan_, number)
     trial = optuna.Trial(study, trial_id)
     trial.set_user_attr("worker", f"{os.uname().nodename}:{os.getpid()}")
-    return trial, number, search.suggest(trial, plan_.distributions)
+    return trial, search.suggest(trial, plan_.distributions)
 
 
 def _finish(plan_: Plan, study: optuna.Study, trial: optuna.Trial, number: int, record: dict[str, Any] | None,
@@ -284,7 +284,7 @@ def _run_trial(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBSto
         with _Heartbeat(storage, trial_id, plan_.spec.heartbeat_interval):
             if storage.get_trial(trial_id).state != optuna.trial.TrialState.RUNNING:
                 return  # failed as stale before it started: it counts, and it never touches the data
-            trial, number, params = _begin(plan_, study, trial_id, number)
+            trial, params = _begin(plan_, study, trial_id, number)
             record = engine.run(_trial_run_spec(plan_, params, number))
     except Exception as failure:
         error = failure
@@ -300,7 +300,10 @@ def _run_together(claimed: list[tuple[Plan, optuna.Study, tuple[int, int]]],
     by one; each trial is told its own outcome, as :func:`_run_trial` would."""
     interval = min(plan_.spec.heartbeat_interval for plan_, _, _ in claimed)
     with _Heartbeat(storage, [trial_id for _, _, (trial_id, _) in claimed], interval):
-        begun = [(plan_, study, *_begin(plan_, study, *ids)) for plan_, study, ids in claimed]
+        begun = []
+        for plan_, study, (trial_id, number) in claimed:
+            trial, params = _begin(plan_, study, trial_id, number)
+            begun.append((plan_, study, trial, number, params))
         specs = [_trial_run_spec(plan_, params, number) for plan_, _, _, number, params in begun]
         try:
             outcomes = [(record, None) for record in multiseed.run_many(specs)]
