@@ -19,6 +19,9 @@ Minimal example (``methods/dpsgd.py``)::
 
         def step(self, release):
             apply_gradient(self.optimizer, self.params, release())
+
+A method whose step is one release and then an update may implement :meth:`Method.update_together` instead of
+``step``: the update of many runs at once, on stacked tensors (``methods/dpsgd.py``, ``dpadam.py``, ``adaclip.py``).
 """
 from __future__ import annotations
 
@@ -110,7 +113,32 @@ class Method:
         return gradients
 
     def step(self, release: Release) -> None:
+        """One step: by default one release, then :meth:`update_together` for this run alone."""
+        if type(self).update_together.__func__ is Method.update_together.__func__:
+            raise NotImplementedError(f"{self.name}: a method implements step or update_together")
+        gradient = release()
+        type(self).update_together([self], [p.detach().unsqueeze(0) for p in self.params],
+                                   [g.unsqueeze(0) for g in gradient])
+
+    @classmethod
+    def update_together(cls, runs: list["Method"], params: list[torch.Tensor], gradients: list[torch.Tensor]) -> None:
+        """Optional, instead of :meth:`step`: the update of S runs of this method after one release each, as one
+        batched computation. ``params[j]`` and ``gradients[j]`` hold the j-th parameter and release of every run
+        stacked, shape (S, *shape); update ``params`` in place, and each run's state. Per-run settings come from
+        ``runs[i].hp`` (:func:`per_run`), per-run state tensors stack with :func:`stacked`.
+
+        The default :meth:`step` calls it with S = 1, so a run alone and a batch of runs (``dpbench.multiseed``:
+        a cell's seeds, a tuning's trials) execute the same update; a Python loop over S runs' small tensors cost
+        more than the batched step of a linear model.
+        """
         raise NotImplementedError
+
+    @classmethod
+    def batches_updates(cls) -> bool:
+        """Whether runs of this class may be updated together (it implements :meth:`update_together` and keeps the
+        default one-release :meth:`step`)."""
+        return (cls.step is Method.step and cls.releases_per_step == 1
+                and cls.update_together.__func__ is not Method.update_together.__func__)
 
     #: Attributes that are not the method's state: the model's parameters (checkpointed with the model), and what
     #: the engine passes in, which a resumed run sets up again from the same settings.
@@ -190,6 +218,32 @@ class ReleaseMethod(Method):
     def __init__(self, hyperparameters: dict[str, Any]):
         self.hp = hyperparameters
         self.setup()
+
+
+def per_run(values: list[float], like: torch.Tensor) -> torch.Tensor:
+    """One number per run as a column (S, 1, ..., 1) that broadcasts against ``like`` (S, *shape), in its dtype."""
+    return torch.tensor(values, dtype=like.dtype).view(-1, *[1] * (like.dim() - 1))
+
+
+def stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """One (S, *shape) tensor whose i-th row *is* ``tensors[i]`` (one run's state or parameter), for
+    :meth:`Method.update_together` to update in place.
+
+    Free when the S tensors are already the consecutive rows of one block of memory (after a first call);
+    otherwise they are copied into a new tensor and each is pointed at its row (``Tensor.data``), so that every
+    reference to them (the run's state, the model's parameters) stays valid.
+    """
+    first = tensors[0]
+    rows, size = len(tensors), first.numel() * first.element_size()
+    start = first.data_ptr()
+    if (first.is_contiguous() and first.storage_offset() == 0 and first.untyped_storage().nbytes() == rows * size
+            and [t.data_ptr() for t in tensors] == list(range(start, start + rows * size, size))
+            and all(t.shape == first.shape and t.is_contiguous() for t in tensors)):
+        return first.detach().new_empty(0).set_(first.untyped_storage(), 0, (rows, *first.shape))
+    together = torch.stack([t.detach() for t in tensors])
+    for tensor, row in zip(tensors, together):
+        tensor.data = row
+    return together
 
 
 def apply_gradient(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], gradient: list[torch.Tensor]):

@@ -15,10 +15,14 @@ Per-example transforms that are coordinate-wise affine (:class:`~dpbench.clippin
 :func:`dpbench.ghost.affine_sq_norm_bound`, as on the engine's fast path, and its clipped sum is
 (Σ_i c_i G_i − (Σ_i c_i)·M)/S.
 
-Methods see the engine's contract unchanged: each run's ``step`` runs in a greenlet of its own and its
-``release()`` suspends it until every run of the step has asked for one (:func:`_lockstep`); the releases are then
-computed together, each at its run's parameters of that moment. So methods with several releases per step (ADADP's
-full and half steps) and methods that move their parameters before a release batch too.
+A method that implements :meth:`~dpbench.method.Method.update_together` (one release per step, then an update)
+is updated for all runs at once: every run's parameters and state become rows of stacked tensors
+(:func:`~dpbench.method.stacked`), and a step is one batched release and one batched update, with no Python loop
+over the runs but their noise draws. Other methods see the engine's contract unchanged: each run's ``step`` runs
+in a greenlet of its own and its ``release()`` suspends it until every run of the step has asked for one
+(:func:`_lockstep`); the releases are then computed together, each at its run's parameters of that moment. So
+methods with several releases per step (ADADP's full and half steps) and methods that move their parameters
+before a release batch too.
 
 Only for what this closed form covers: a task whose model is one ``nn.Linear`` (no augmentation), and no
 per-example transform other than a coordinate-wise affine one.
@@ -41,7 +45,7 @@ from dpbench.clipping import CoordinateAffine, clip_factors
 from dpbench.engine import RunSpec, UsageError
 from dpbench.ghost import affine_sq_norm_bound
 from dpbench.training import PrivateTraining
-from dpbench.method import ReleaseMethod
+from dpbench.method import ReleaseMethod, stacked
 from dpbench.sampling import IndexedTensors
 from dpbench.task import Task
 
@@ -74,7 +78,8 @@ def distinct_examples(data: IndexedTensors) -> tuple[torch.Tensor, torch.Tensor]
 def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: torch.Tensor,
               batches: list[torch.Tensor], clips: torch.Tensor, scales: torch.Tensor,
               whole: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None):
-    """Every run's release for its own batch: clipped sum + its own noise, over its expected batch size.
+    """Every run's release for its own batch: clipped sum + its own noise, over its expected batch size, stacked
+    (one (S, *shape) tensor per parameter).
 
     Where every run drew the same rows (full batches), the rows are taken once and every row is paired with every
     run: one product with all S runs' weights gives every pair's logits, one product of the clipped output gradients
@@ -157,7 +162,7 @@ def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: to
         module.fill_noise([noise[index] for noise in noisy])
     for noise, total in zip(noisy, sums):
         noise.add_(total)
-    return [[noise[index] for noise in noisy] for index in range(runs)]
+    return noisy
 
 
 def _steps(sampler, epochs: int):
@@ -222,6 +227,8 @@ def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, 
     pending = [_steps(sampler, count) for sampler, count in zip(samplers, epochs)]
     active = list(range(len(modules)))
     whole = functools.cache(lambda: distinct_examples(data))  # on the first batch of the whole training set
+    method_class = modules[0].method_class
+    together = method_class.batches_updates() and all(module.method_class is method_class for module in modules)
     # the ledger, as the engine's training_step keeps it; counted here and set on the modules at the end (an
     # nn.Module's attribute assignment cost more than the step of a small model)
     releases, sampled, steps = [0] * len(modules), [0] * len(modules), [0] * len(modules)
@@ -236,12 +243,20 @@ def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, 
                 releases[index] += len(step_batches)
                 sampled[index] += sum(len(batch) for batch in step_batches)
 
-        def release_all(chosen: list[int], chosen_batches: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+        def release_all(chosen: list[int], chosen_batches: list[torch.Tensor]) -> list[torch.Tensor]:
             runs = torch.tensor([active[i] for i in chosen])
             return _releases([modules[active[i]] for i in chosen], data, input_sq, chosen_batches,
                              clips.index_select(0, runs), scales.index_select(0, runs), whole)
 
-        _lockstep([modules[index] for index in active], batches, release_all)
+        stepping = [modules[index] for index in active]
+        if together:  # one release each, then one update of all runs
+            gradients = release_all(list(range(len(active))), [step_batches[0] for step_batches in batches])
+            methods = [module.method for module in stepping]
+            params = [stacked([method.params[j] for method in methods]) for j in range(len(gradients))]
+            method_class.update_together(methods, params, gradients)
+        else:
+            _lockstep(stepping, batches, lambda chosen, chosen_batches: [
+                list(released) for released in zip(*release_all(chosen, chosen_batches))])
         for index in active:
             steps[index] += 1
     for module, released, drawn, taken in zip(modules, releases, sampled, steps):

@@ -7,7 +7,7 @@ import math
 import torch
 
 from dpbench.clipping import CoordinateAffine
-from dpbench.method import Method
+from dpbench.method import Method, per_run, stacked
 
 
 class AdaCliP(Method):
@@ -118,8 +118,13 @@ class AdaCliP(Method):
 
     def _scale(self) -> list[torch.Tensor]:
         """b_i = √s_i · √(Σ_j s_j) over every coordinate of every parameter (Algorithm 1, line 6)."""
-        total = sum(s.sum() for s in self.std)
-        return [s.sqrt() * total.sqrt() for s in self.std]
+        return [b[0] for b in self._scales([s.unsqueeze(0) for s in self.std])]
+
+    @staticmethod
+    def _scales(stds: list[torch.Tensor]) -> list[torch.Tensor]:
+        """:meth:`_scale` of every run, the runs' s stacked (S, *shape) per parameter."""
+        total = sum(s.flatten(1).sum(1) for s in stds).sqrt()
+        return [s.sqrt() * total.view(-1, *[1] * (s.dim() - 1)) for s in stds]
 
     @property
     def per_example_transform(self) -> CoordinateAffine:
@@ -127,17 +132,23 @@ class AdaCliP(Method):
         on linear layers (``dpbench/ghost.py``); convolutions and embeddings fall back to materializing them."""
         return CoordinateAffine(self.mean, self.scale)
 
-    def step(self, release):
-        hp = self.hp
-        released = release()
-        batch = self.mechanism.expected_batch_size
-        noise_var = self.mechanism.mean_noise_std ** 2
-        with torch.no_grad():
-            for param, w_bar, m, b, s in zip(self.params, released, self.mean, self.scale, self.std):
-                g_tilde = b * w_bar + m
-                param.sub_(hp["lr"] * g_tilde)
-                centred = g_tilde - m
-                v = torch.clamp(batch * (centred**2 - b**2 * noise_var), min=hp["h1"], max=self.h2)
-                s.copy_(torch.sqrt(hp["beta2"] * s**2 + (1 - hp["beta2"]) * v))
-                m.mul_(hp["beta1"]).add_((1 - hp["beta1"]) * g_tilde)
-        self.scale = self._scale()
+    @classmethod
+    @torch.no_grad()
+    def update_together(cls, runs, params, released):
+        hp = [run.hp for run in runs]
+        means, stds, scales = ([stacked([getattr(run, name)[j] for run in runs]) for j in range(len(params))]
+                               for name in ("mean", "std", "scale"))
+        for param, w_bar, m, b, s in zip(params, released, means, scales, stds):
+            lr, beta1, beta2, h1 = (per_run([h[key] for h in hp], m) for key in ("lr", "beta1", "beta2", "h1"))
+            rest1, rest2 = (per_run([1 - h[key] for h in hp], m) for key in ("beta1", "beta2"))
+            h2 = per_run([run.h2 for run in runs], m)
+            batch = per_run([run.mechanism.expected_batch_size for run in runs], m)
+            noise_var = per_run([run.mechanism.mean_noise_std ** 2 for run in runs], m)
+            g_tilde = b * w_bar + m
+            param.sub_(lr * g_tilde)
+            centred = g_tilde - m
+            v = torch.clamp(batch * (centred**2 - b**2 * noise_var), min=h1, max=h2)
+            s.copy_(torch.sqrt(beta2 * s**2 + rest2 * v))
+            m.mul_(beta1).add_(rest1 * g_tilde)
+        for b, new in zip(scales, cls._scales(stds)):
+            b.copy_(new)

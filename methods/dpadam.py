@@ -2,7 +2,7 @@
 Correcting DP Bias in Adam's Second Moment Estimation" (2023), Section 2; ``dpadam_bc`` holds their correction."""
 import torch
 
-from dpbench.method import Method
+from dpbench.method import Method, per_run, stacked
 
 
 class DPAdam(Method):
@@ -12,9 +12,10 @@ class DPAdam(Method):
         θ ← θ − η·m̂ / (√v̂ + γ),
 
     with t the number of steps taken (1 at the first), m = v = 0 at the start, and γ = ``gamma`` (1e-8). This is
-    ``torch.optim.Adam`` without weight decay, written out so that ``dpadam_bc`` differs only in
-    :meth:`denominator`. Defaults β1 = 0.9, β2 = 0.999 as in the authors' code and the paper's SNLI analysis
-    (Section 3; its β ablation calls β2 = 0.99 the default; we follow the code). Default η = 1e-3: the paper's
+    ``torch.optim.Adam`` without weight decay, written out for many runs at once
+    (:meth:`~dpbench.method.Method.update_together`) so that ``dpadam_bc`` differs only in :meth:`denominator`.
+    Defaults β1 = 0.9, β2 = 0.999 as in the authors' code and the paper's SNLI analysis (Section 3; its β ablation
+    calls β2 = 0.99 the default; we follow the code). Default η = 1e-3: the paper's
     CIFAR10 setting (its SNLI setting is 0.01); tasks set their own η in ``method_defaults``.
     Post-processing of the releases: no extra privacy cost.
     """
@@ -36,18 +37,22 @@ class DPAdam(Method):
         self.first_moments = [torch.zeros_like(p) for p in self.params]
         self.second_moments = [torch.zeros_like(p) for p in self.params]
 
-    def denominator(self, second_moment_hat: torch.Tensor) -> torch.Tensor:
-        """√v̂ + γ (Adam's update direction m̂ / (√v̂ + γ))."""
-        return second_moment_hat.sqrt() + self.hp["gamma"]
+    @classmethod
+    def denominator(cls, runs, second_moment_hat: torch.Tensor) -> torch.Tensor:
+        """√v̂ + γ (Adam's update direction m̂ / (√v̂ + γ)), every run's v̂ stacked."""
+        return second_moment_hat.sqrt() + per_run([run.hp["gamma"] for run in runs], second_moment_hat)
 
+    @classmethod
     @torch.no_grad()
-    def step(self, release):
-        gradient = release()
-        self.steps_taken += 1
-        beta1, beta2, t = self.hp["beta1"], self.hp["beta2"], self.steps_taken
-        for param, g, m, v in zip(self.params, gradient, self.first_moments, self.second_moments):
-            m.mul_(beta1).add_(g, alpha=1 - beta1)
-            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-            m_hat = m / (1 - beta1**t)
-            v_hat = v / (1 - beta2**t)
-            param.sub_(self.hp["lr"] * m_hat / self.denominator(v_hat))
+    def update_together(cls, runs, params, gradients):
+        for run in runs:
+            run.steps_taken += 1
+        hp = [run.hp for run in runs]
+        for j, (param, g) in enumerate(zip(params, gradients)):
+            m = stacked([run.first_moments[j] for run in runs])
+            v = stacked([run.second_moments[j] for run in runs])
+            m.mul_(per_run([h["beta1"] for h in hp], m)).add_(per_run([1 - h["beta1"] for h in hp], m) * g)
+            v.mul_(per_run([h["beta2"] for h in hp], v)).add_(per_run([1 - h["beta2"] for h in hp], v) * g * g)
+            m_hat = m / per_run([1 - h["beta1"] ** run.steps_taken for h, run in zip(hp, runs)], m)
+            v_hat = v / per_run([1 - h["beta2"] ** run.steps_taken for h, run in zip(hp, runs)], v)
+            param.sub_(per_run([h["lr"] for h in hp], param) * m_hat / cls.denominator(runs, v_hat))

@@ -2,6 +2,7 @@
 Algorithm 1 and equation 3."""
 import torch
 
+from dpbench.method import per_run
 from dpbench.methods.dpadam import DPAdam
 
 
@@ -70,6 +71,9 @@ class DPAdamBC(DPAdam):
         else:
             self.gamma_prime = ratio * self.noise_variance if self.noise_variance > 0 else 1e-8
 
-    def denominator(self, second_moment_hat: torch.Tensor) -> torch.Tensor:
-        """√max(v̂ − (σC/B)², γ′) (equation 3)."""
-        return (second_moment_hat - self.noise_variance).clamp(min=self.gamma_prime).sqrt()
+    @classmethod
+    def denominator(cls, runs, second_moment_hat: torch.Tensor) -> torch.Tensor:
+        """√max(v̂ − (σC/B)², γ′) (equation 3), every run's v̂ stacked."""
+        noise_variance = per_run([run.noise_variance for run in runs], second_moment_hat)
+        gamma_prime = per_run([run.gamma_prime for run in runs], second_moment_hat)
+        return (second_moment_hat - noise_variance).clamp(min=gamma_prime).sqrt()

@@ -1,7 +1,7 @@
 """DP-SGD: Abadi et al., "Deep Learning with Differential Privacy", CCS 2016, Algorithm 1."""
 import torch
 
-from dpbench.method import Method
+from dpbench.method import Method, per_run, stacked
 
 
 class DPSGD(Method):
@@ -15,9 +15,10 @@ class DPSGD(Method):
     done (Yu et al. 2020, Section 4: "the learning rate of DP-SGD ... is divided by 2 at the middle of training",
     h = 0.5; 0 keeps η constant). Momentum, regularization and the schedule are post-processing and cost no privacy.
 
-    The update is ``torch.optim.SGD``'s (d = g̃ + λθ; v ← μv + d, v = d at the first step; θ ← θ − ηv), written out:
-    torch.optim's per-call machinery cost 0.36 ms a step, which dominated batched trials of linear models
-    (``dpbench.multiseed``); ``tests/test_engine.py`` checks it step for step against ``torch.optim.SGD``.
+    The update is ``torch.optim.SGD``'s (d = g̃ + λθ; v ← μv + d, v = d at the first step; θ ← θ − ηv), written out
+    for many runs at once (:meth:`~dpbench.method.Method.update_together`): torch.optim's per-call machinery cost
+    0.36 ms a step, which dominated batched trials of linear models (``dpbench.multiseed``);
+    ``tests/test_engine.py`` checks it step for step against ``torch.optim.SGD``.
     """
 
     name = "dpsgd"
@@ -33,24 +34,30 @@ class DPSGD(Method):
             raise ValueError(f"halve_at must lie in [0, 1), got {halve_at}")
         if halve_at and not self.mechanism.steps_per_epoch:
             raise ValueError("halve_at needs the engine's steps per epoch")
-        self.velocity, self.steps_taken = None, 0
+        self.velocity = [torch.zeros_like(p) for p in self.params] if self.hp["momentum"] else []
+        self.steps_taken = 0
 
-    @torch.no_grad()
-    def step(self, release):
-        gradient = release()
-        lr, momentum, decay = self.hp["lr"], self.hp["momentum"], self.hp["weight_decay"]
-        halve_at = self.hp.get("halve_at", 0.0)
+    def learning_rate(self) -> float:
+        """η, halved once ``halve_at`` of the planned steps are done; counts this step."""
+        lr, halve_at = self.hp["lr"], self.hp.get("halve_at", 0.0)
         if halve_at and self.steps_taken >= halve_at * self.hp["epochs"] * self.mechanism.steps_per_epoch:
             lr /= 2
         self.steps_taken += 1
-        if decay:
-            gradient = [g.add(p, alpha=decay) for g, p in zip(gradient, self.params)]
-        if momentum:
-            if self.velocity is None:
-                self.velocity = [g.clone() for g in gradient]
-            else:
-                for v, g in zip(self.velocity, gradient):
-                    v.mul_(momentum).add_(g)
-            gradient = self.velocity
-        for param, g in zip(self.params, gradient):
-            param.add_(g, alpha=-lr)
+        return lr
+
+    @classmethod
+    @torch.no_grad()
+    def update_together(cls, runs, params, gradients):
+        lrs = [run.learning_rate() for run in runs]
+        decays = [run.hp["weight_decay"] for run in runs]
+        if any(decays):
+            gradients = [g + per_run(decays, p) * p for g, p in zip(gradients, params)]
+        if any(run.velocity for run in runs):  # v ← μv + d (v = 0 before the first step, so v = d then)
+            momenta = [run.hp["momentum"] for run in runs]
+            velocity = [stacked([run.velocity[j] if run.velocity else torch.zeros_like(p[0]) for run in runs])
+                        for j, p in enumerate(params)]
+            for v, g in zip(velocity, gradients):
+                v.mul_(per_run(momenta, v)).add_(g)
+            gradients = velocity
+        for param, g in zip(params, gradients):
+            param.sub_(per_run(lrs, param) * g)

@@ -7,10 +7,12 @@ import torch
 
 from dpbench import multiseed, registry, store
 from dpbench.engine import RunSpec, resolve_hyperparameters, run
+from dpbench.method import stacked
 from dpbench.training import PrivateTraining
 from dpbench.sampling import IndexedTensors, PoissonSampler
 
 METHODS = registry.methods([])
+_LOCKSTEP = multiseed._lockstep
 TASKS = registry.tasks([])
 
 
@@ -128,6 +130,8 @@ def test_runs_with_other_hyperparameters_and_schedules_batch_like_separate_runs(
     if method_name != "nonprivate":
         for trial, clip in zip(trials, (0.3, 1.0, 3.0)):
             trial["clip"] = clip
+    if method_name == "dpsgd":  # runs with and without momentum state in one batched update
+        trials[1]["momentum"] = 0.9
     specs = [RunSpec(method=method_name, task="digits", epsilon=2.0 if method_name != "nonprivate" else None,
                      seed=seed, overrides=trial, progress_bar=False, no_wandb=True)
              for seed, trial in enumerate(trials)]
@@ -215,3 +219,34 @@ def test_a_whole_training_set_batch_is_summed_over_its_distinct_examples_with_th
     for by_distinct, by_row in zip(trained(distinct), trained(lambda d: every_row)):
         torch.testing.assert_close(by_distinct, by_row, rtol=1e-5, atol=1e-6)
     assert len(calls) == 2  # each training grouped once, on its first whole-set batch
+
+
+def test_stacked_makes_the_tensors_rows_of_one_tensor_and_is_free_once_they_are():
+    params = [torch.nn.Parameter(torch.full((2, 3), float(i))) for i in range(3)]
+    rows = stacked(params)
+    assert rows.shape == (3, 2, 3) and [float(p.detach()[0, 0]) for p in params] == [0.0, 1.0, 2.0]
+    with torch.no_grad():
+        rows.add_(1.0)  # an update of the stacked tensor is an update of every parameter
+    assert [float(p.detach()[1, 2]) for p in params] == [1.0, 2.0, 3.0]
+    assert stacked(params).data_ptr() == rows.data_ptr()  # already rows: no copy
+    with torch.no_grad():
+        params[1].mul_(0.0)
+    assert float(rows[1].abs().sum()) == 0.0
+    fewer = stacked(params[:2])  # a subset (a run dropped out) is copied once, then free again
+    assert fewer.data_ptr() != rows.data_ptr() and stacked(params[:2]).data_ptr() == fewer.data_ptr()
+
+
+@pytest.mark.parametrize("method_name, together", [("dpsgd", True), ("dpadam", True), ("dpadam_bc", True),
+                                                   ("adaclip", True), ("dpgd", True), ("norm_bound", True),
+                                                   ("ada_dp", False), ("nonprivate", False), (LookAhead, False)])
+def test_one_release_methods_are_updated_together_and_the_others_step_in_greenlets(monkeypatch, method_name,
+                                                                                    together):
+    method = METHODS[method_name] if isinstance(method_name, str) else method_name
+    assert method.batches_updates() is together
+    lockstep = []
+    monkeypatch.setattr(multiseed, "_lockstep", lambda *args: lockstep.append(args) or _LOCKSTEP(*args))
+    runs = [seeded_run("digits", method, seed, 1.0, 1) for seed in (0, 1)]
+    data = runs[0][2]
+    multiseed.train([m for m, _, _ in runs], IndexedTensors(data.x_train, data.y_train), [s for _, s, _ in runs],
+                    [1, 1])
+    assert bool(lockstep) is not together
