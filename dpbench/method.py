@@ -26,6 +26,7 @@ A method whose step is one release and then an update may implement :meth:`Metho
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
@@ -221,8 +222,14 @@ class ReleaseMethod(Method):
 
 
 def per_run(values: list[float], like: torch.Tensor) -> torch.Tensor:
-    """One number per run as a column (S, 1, ..., 1) that broadcasts against ``like`` (S, *shape), in its dtype."""
-    return torch.tensor(values, dtype=like.dtype).view(-1, *[1] * (like.dim() - 1))
+    """One number per run as a column (S, 1, ..., 1) that broadcasts against ``like`` (S, *shape), in its dtype
+    (read-only: the same settings give the same tensor, so that a step does not build it again)."""
+    return _column(tuple(values), like.dtype, like.dim())
+
+
+@functools.lru_cache(maxsize=1024)
+def _column(values: tuple[float, ...], dtype: torch.dtype, dim: int) -> torch.Tensor:
+    return torch.tensor(values, dtype=dtype).view(-1, *[1] * (dim - 1))
 
 
 def stacked(tensors: list[torch.Tensor]) -> torch.Tensor:

@@ -60,4 +60,4 @@ class DPSGD(Method):
                 v.mul_(per_run(momenta, v)).add_(g)
             gradients = velocity
         for param, g in zip(params, gradients):
-            param.sub_(per_run(lrs, param) * g)
+            param.addcmul_(per_run(lrs, param), g, value=-1)  # θ ← θ − η·v in one pass
