@@ -15,10 +15,10 @@ same size, so a batched step's large tensors (80 tuning trials gather 64 MB of M
 fresh, page-faulted memory; :func:`huge_pages` sets PyTorch's ``THP_MEM_ALLOC_ENABLE`` (page-aligned blocks,
 those of 2 MB and more advised as transparent huge pages where the kernel allows it; PyTorch's CPU tuning guide),
 after which they are reused: that gather took 38 ms in fresh pages and 4-5 ms in reused ones. Peak memory is the
-heap's high-water mark; the process keeps it until it exits. This changes no result, only speed, and does nothing where the C library is not
-glibc. Measured as the sweep runs it (one-cell grids below, 2 workers, from an empty store): 18 tuned cells
-(adult, mnist_logreg, kddcup99 × dpsgd, output_perturbation, adaclip × validation, random-stopping, ε = 1) took
-250 s with the two earlier settings, 194 s with these.
+heap's high-water mark; the process keeps it until it exits. This changes no result, only speed, and does nothing
+where the C library is not glibc. Measured as the sweep runs it (one-cell grids below, 2 workers, from an empty
+store): 18 tuned cells (adult, mnist_logreg, kddcup99 × dpsgd, output_perturbation, adaclip × validation,
+random-stopping, ε = 1) took 250 s with the two earlier settings, 194 s with these.
 """
 from __future__ import annotations
 

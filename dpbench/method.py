@@ -115,7 +115,7 @@ class Method:
 
     def step(self, release: Release) -> None:
         """One step: by default one release, then :meth:`update_together` for this run alone."""
-        if type(self).update_together.__func__ is Method.update_together.__func__:
+        if not type(self).has_update_together():
             raise NotImplementedError(f"{self.name}: a method implements step or update_together")
         gradient = release()
         type(self).update_together([self], [p.detach().unsqueeze(0) for p in self.params],
@@ -135,11 +135,15 @@ class Method:
         raise NotImplementedError
 
     @classmethod
+    def has_update_together(cls) -> bool:
+        """Whether this class implements :meth:`update_together`."""
+        return cls.update_together.__func__ is not Method.update_together.__func__
+
+    @classmethod
     def batches_updates(cls) -> bool:
         """Whether runs of this class may be updated together (it implements :meth:`update_together` and keeps the
         default one-release :meth:`step`)."""
-        return (cls.step is Method.step and cls.releases_per_step == 1
-                and cls.update_together.__func__ is not Method.update_together.__func__)
+        return cls.step is Method.step and cls.releases_per_step == 1 and cls.has_update_together()
 
     #: Attributes that are not the method's state: the model's parameters (checkpointed with the model), and what
     #: the engine passes in, which a resumed run sets up again from the same settings.

@@ -95,9 +95,9 @@ def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: to
     """
     runs = len(modules)
     layers = [module.task.model for module in modules]
-    weight = torch.stack([layer.weight.detach() for layer in layers])  # (S, K, d)
+    weight = stacked([layer.weight for layer in layers])  # (S, K, d), the runs' own weights as its rows
     classes = weight.shape[1]
-    bias = torch.stack([layer.bias.detach() for layer in layers]) if layers[0].bias is not None else None
+    bias = stacked([layer.bias for layer in layers]) if layers[0].bias is not None else None
     transforms = [module.current_transform() for module in modules]
     if any(t is not None and not isinstance(t, CoordinateAffine) for t in transforms):
         raise NotBatchable("a per-example transform became other than coordinate-wise affine")
@@ -251,7 +251,7 @@ def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, 
         stepping = [modules[index] for index in active]
         if together:  # one release each, then one update of all runs
             gradients = release_all(list(range(len(active))), [step_batches[0] for step_batches in batches])
-            methods = [module.method for module in stepping]
+            methods = [module.method for module in stepping]  # their parameters: rows of _releases' stacks
             params = [stacked([method.params[j] for method in methods]) for j in range(len(gradients))]
             method_class.update_together(methods, params, gradients)
         else:

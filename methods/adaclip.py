@@ -135,20 +135,20 @@ class AdaCliP(Method):
     @classmethod
     @torch.no_grad()
     def update_together(cls, runs, params, released):
-        hp = [run.hp for run in runs]
+        lr, beta1, beta2, h1 = ([run.hp[key] for run in runs] for key in ("lr", "beta1", "beta2", "h1"))
+        rest1, rest2 = [1 - b for b in beta1], [1 - b for b in beta2]
+        h2 = [run.h2 for run in runs]
+        batch = [run.mechanism.expected_batch_size for run in runs]
+        noise_var = [run.mechanism.mean_noise_std ** 2 for run in runs]
         means, stds, scales = ([stacked([getattr(run, name)[j] for run in runs]) for j in range(len(params))]
                                for name in ("mean", "std", "scale"))
         for param, w_bar, m, b, s in zip(params, released, means, scales, stds):
-            lr, beta1, beta2, h1 = (per_run([h[key] for h in hp], m) for key in ("lr", "beta1", "beta2", "h1"))
-            rest1, rest2 = (per_run([1 - h[key] for h in hp], m) for key in ("beta1", "beta2"))
-            h2 = per_run([run.h2 for run in runs], m)
-            batch = per_run([run.mechanism.expected_batch_size for run in runs], m)
-            noise_var = per_run([run.mechanism.mean_noise_std ** 2 for run in runs], m)
             g_tilde = b * w_bar + m
-            param.sub_(lr * g_tilde)
+            param.sub_(per_run(lr, m) * g_tilde)
             centred = g_tilde - m
-            v = torch.clamp(batch * (centred**2 - b**2 * noise_var), min=h1, max=h2)
-            s.copy_(torch.sqrt(beta2 * s**2 + rest2 * v))
-            m.mul_(beta1).add_(rest1 * g_tilde)
+            v = torch.clamp(per_run(batch, m) * (centred**2 - b**2 * per_run(noise_var, m)), min=per_run(h1, m),
+                            max=per_run(h2, m))
+            s.copy_(torch.sqrt(per_run(beta2, m) * s**2 + per_run(rest2, m) * v))
+            m.mul_(per_run(beta1, m)).add_(per_run(rest1, m) * g_tilde)
         for b, new in zip(scales, cls._scales(stds)):
             b.copy_(new)

@@ -47,12 +47,15 @@ class DPAdam(Method):
     def update_together(cls, runs, params, gradients):
         for run in runs:
             run.steps_taken += 1
-        hp = [run.hp for run in runs]
+        beta1, beta2, lr = ([run.hp[key] for run in runs] for key in ("beta1", "beta2", "lr"))
+        rest1, rest2 = [1 - b for b in beta1], [1 - b for b in beta2]
+        correction1 = [1 - b ** run.steps_taken for b, run in zip(beta1, runs)]
+        correction2 = [1 - b ** run.steps_taken for b, run in zip(beta2, runs)]
         for j, (param, g) in enumerate(zip(params, gradients)):
             m = stacked([run.first_moments[j] for run in runs])
             v = stacked([run.second_moments[j] for run in runs])
-            m.mul_(per_run([h["beta1"] for h in hp], m)).add_(per_run([1 - h["beta1"] for h in hp], m) * g)
-            v.mul_(per_run([h["beta2"] for h in hp], v)).add_(per_run([1 - h["beta2"] for h in hp], v) * g * g)
-            m_hat = m / per_run([1 - h["beta1"] ** run.steps_taken for h, run in zip(hp, runs)], m)
-            v_hat = v / per_run([1 - h["beta2"] ** run.steps_taken for h, run in zip(hp, runs)], v)
-            param.sub_(per_run([h["lr"] for h in hp], param) * m_hat / cls.denominator(runs, v_hat))
+            m.mul_(per_run(beta1, m)).add_(per_run(rest1, m) * g)
+            v.mul_(per_run(beta2, v)).add_(per_run(rest2, v) * g * g)
+            m_hat = m / per_run(correction1, m)
+            v_hat = v / per_run(correction2, v)
+            param.sub_(per_run(lr, param) * m_hat / cls.denominator(runs, v_hat))
