@@ -1,5 +1,6 @@
 """``dpbench audit``: a privacy audit with one training run (Steinke, Nasr & Jagielski, "Privacy Auditing with One
-(1) Training Run", NeurIPS 2023), and which plugins have passed one.
+(1) Training Run", NeurIPS 2023), and which plugins have passed one: evidence on the board, never a certificate (a
+plugin in the training process can behave otherwise under audit; ``dpbench.isolation``).
 
 The auditor (their Algorithm 1) draws m canaries (``dpbench.canaries``), each in the training data independently
 with probability 1/2 (S_i = ±1), runs the real engine once on the data with the included canaries, scores every
@@ -35,10 +36,11 @@ from typing import Any
 import numpy as np
 from scipy import optimize, special, stats
 
-from dpbench import engine, records, store
+from dpbench import engine, isolation, records, store
 from dpbench.canaries import CANARY_NORM, OBSERVERS, Canaries
 from dpbench.choices import THREAT_MODELS
 from dpbench.engine import RunSpec, UsageError
+from dpbench.leaderboard_model import plugin_mark
 from dpbench.method import Method, ReleaseMethod
 from dpbench.task import Task
 
@@ -118,17 +120,17 @@ class AuditSpec:
     plugins: list[str] = field(default_factory=list)
     store_path: Any = None
     progress_bar: bool = False
+    isolate: bool = False  # audit the method run in a process of its own (dpbench.isolation)
 
 
 def _check(spec: AuditSpec) -> tuple[type[Method], type[Task]]:
     if spec.threat_model not in THREAT_MODELS:
         raise UsageError(f"unknown threat model {spec.threat_model!r}; choose one of {', '.join(THREAT_MODELS)}")
-    if isinstance(spec.canaries, bool) or not isinstance(spec.canaries, int) or \
-            not 2 * GUESS_GRID[0] <= spec.canaries <= MAX_CANARIES:
+    if not isinstance(spec.canaries, int) or not 2 * GUESS_GRID[0] <= spec.canaries <= MAX_CANARIES:
         raise UsageError(f"canaries must be a whole number from {2 * GUESS_GRID[0]} to {MAX_CANARIES}, "
                          f"got {spec.canaries}")
     engine.check_seed(spec.seed)
-    method, task = engine.registered(spec.method, spec.task, spec.plugins)
+    method, task = engine.registered(spec.method, spec.task, spec.plugins, spec.isolate)
     if issubclass(method, ReleaseMethod) or not method.private:
         raise UsageError(f"{method.name} is not a private gradient method: the audit trains through the engine's "
                          f"noisy gradients")
@@ -147,7 +149,7 @@ def audit(spec: AuditSpec) -> dict[str, Any]:
     run_spec = RunSpec(method=spec.method, task=spec.task, epsilon=spec.epsilon, delta=spec.delta, seed=spec.seed,
                        overrides=dict(spec.overrides), sampler="poisson", neighbouring="add-remove",
                        plugins=list(spec.plugins), progress_bar=spec.progress_bar, no_wandb=True,
-                       append_to_store=False)
+                       append_to_store=False, isolate=spec.isolate)
     run = engine.run(run_spec, task_class=canaries.task_class(task), callbacks=(observer,))
     included = canaries.included.numpy()
     result = guess_and_bound({name: values.numpy() for name, values in observer.scores.items()}, included,
@@ -165,9 +167,9 @@ def audit(spec: AuditSpec) -> dict[str, Any]:
         **{key: run[key] for key in ("neighbouring", "noise_multiplier", "sample_rate", "steps",
                                       "gradient_evaluations", "accountant", "sampler", "data_release_events",
                                       "hyperparameters", "overrides", "n_train", "clipping", "noise", "versions",
-                                      "git_commit")},
+                                      "git_commit", "isolation")},
         "run_metrics": run["metrics"],
-        "code": {"method": records.code_of(method, Method), "task": records.code_of(task, Task)},
+        "code": {"method": isolation.code_of(method), "task": records.code_of(task, Task)},
         "ledger_version": records.LEDGER_VERSION,
     }
     records.seal(record)
@@ -202,11 +204,13 @@ def audit_status(all_records: list[dict[str, Any]]) -> dict[tuple[str, str], str
 
 
 def board_mark(run: dict[str, Any], status: dict[tuple[str, str], str]) -> str | None:
-    """What the board shows for a run's cell: None (a built-in method), "passed", "failed" or "unaudited"."""
+    """What the board shows for a run's cell: None for a built-in method, else
+    :func:`~dpbench.leaderboard_model.plugin_mark` of its isolation and its audit status ("passed", "failed",
+    "unaudited"), the audit being evidence, never a certificate."""
     code = run.get("code", {}).get("method", {})
     if not code.get("external"):
         return None
-    return status.get((code["sha256"], run["task"]), "unaudited")
+    return plugin_mark(run.get("isolation") or "in-process", status.get((code["sha256"], run["task"]), "unaudited"))
 
 
 def summary(record: dict[str, Any]) -> str:

@@ -1,6 +1,7 @@
 """A disk cache for pure, slow privacy computations (calibrated σ, ε of a mechanism), shared by the processes of
 a sweep: one SQLite table under ``$DPBENCH_HOME/cache``. A key is the repr of the arguments (frozen dataclasses
-and numbers, whose repr is exact) with the version of dp-accounting and of this cache's contents; a value is the
+and numbers, whose repr is exact) with the version of dp-accounting and the sha256 of the modules that compute the
+cached values, so that a fix to the accounting can never be masked by values the old code stored; a value is the
 float the computation returned. Losing the file only costs time."""
 from __future__ import annotations
 
@@ -8,17 +9,21 @@ import functools
 import hashlib
 import importlib.metadata
 import sqlite3
+from pathlib import Path
 from typing import Callable
 
 from dpbench.data import dpbench_home
 
-#: Bump when a cached computation changes (e.g. the calibration's discretization).
-VERSION = 2
+#: The modules whose functions are memoized here: their source is part of every key.
+COMPUTED_BY = ("privacy.py", "tuning_privacy.py")
 
 
 @functools.cache
 def _salt() -> str:
-    return f"{VERSION}:{importlib.metadata.version('dp-accounting')}"
+    source = hashlib.sha256()
+    for name in COMPUTED_BY:
+        source.update((Path(__file__).parent / name).read_bytes())
+    return f"{source.hexdigest()}:{importlib.metadata.version('dp-accounting')}"
 
 
 def _connect() -> sqlite3.Connection:

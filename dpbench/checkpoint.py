@@ -6,7 +6,8 @@ the training loops' progress, plus dpbench's part (:func:`capture`): the method'
 ADADP's η, Adam's moments, AdaCliP's m and s, optimizers' buffers), the noise stream's position (the Philox counter,
 or the torch generator's state), the ledger (releases, sampled examples, steps), the global generators (torch's,
 stream ``training``: dropout; NumPy's and Python's), the task's own generators (``Task.rng``, e.g. augmentation),
-the latest test metrics, and the run's settings, against which ``--resume`` is checked. The sampler needs no state
+the latest test metrics, and the run's settings, against which ``--resume`` is checked; the ledger is checked
+against what the checkpoint's position implies (:func:`check_ledger`). The sampler needs no state
 of its own: its draws are a pure function of (seed, epoch, position), and the position is the ledger's step count.
 A checkpoint is written every ``every`` steps and at the end of every epoch (after its test metrics), each time to a
 temporary file in D that is flushed, fsync'ed and renamed over the previous one (then D is fsync'ed): a process
@@ -35,6 +36,8 @@ checkpoint is loaded (before the first batch is drawn) and the rest in ``on_trai
 """
 from __future__ import annotations
 
+import copy
+import itertools
 import json
 import os
 import random
@@ -226,11 +229,48 @@ def prepare(planned, folder: str, resume: bool, every: int) -> tuple[Checkpoints
         raise UsageError(f"no checkpoint to resume in {folder} (killed before its first checkpoint? start the run "
                          f"again with --checkpoint-dir {folder})")
     try:
-        saved_settings = load(path)["dpbench"]["settings"]
+        saved = load(path)
+        saved_settings = saved["dpbench"]["settings"]
     except Exception as error:  # an unreadable file: torch.load raises errors of many kinds
         raise UsageError(f"cannot read the checkpoint {path}: {type(error).__name__}") from None
     _check(callback.settings, saved_settings, folder)
+    check_ledger(planned, saved, folder)
     return callback, path, None
+
+
+def check_ledger(planned, saved: dict[str, Any], folder: Path) -> None:
+    """Refuse a checkpoint whose ledger is not what its position implies: ``steps`` must be the steps Lightning's
+    loop processed (from which the sampler resumes, :meth:`Checkpoints.on_load_checkpoint`), ``releases`` the
+    method's k per step, ``sampled`` the examples of the batches the sampler draws for those steps (a pure function
+    of the seed, the epoch and the position); none of either for a non-private method, which charges nothing. An
+    edited ledger would resume into a record that charges fewer releases than were made."""
+    try:
+        ledger = dict(saved["dpbench"]["ledger"])
+        processed = saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["total"]["processed"]
+    except (KeyError, TypeError, ValueError):
+        raise UsageError(f"the checkpoint in {folder} has no ledger or no loop progress") from None
+    if not isinstance(processed, int) or not 0 <= processed <= planned.hp["epochs"] * len(planned.sampler):
+        raise UsageError(f"the checkpoint in {folder} is at step {processed!r}, which is not one of this run's")
+    private = planned.method.private
+    implied = {"steps": processed, "releases": processed * planned.method.releases_per_step if private else 0,
+               "sampled": _sampled(planned.sampler, processed) if private else 0}
+    differing = [f"{key} {ledger.get(key)!r}, not {value!r}" for key, value in implied.items()
+                 if ledger.get(key) != value]
+    if differing:
+        raise UsageError(f"the checkpoint in {folder} has a ledger its position does not imply "
+                         f"({'; '.join(differing)}): it cannot be resumed")
+
+
+def _sampled(sampler, steps: int) -> int:
+    """The examples in the batches of a run's first ``steps`` steps, drawn again by a copy of its sampler."""
+    draws, total, epoch = copy.copy(sampler), 0, 0
+    while steps > 0 and len(draws):
+        draws.resume(epoch, 0)
+        for batches in itertools.islice(draws.steps(0), steps):
+            total += sum(len(batch) for batch in batches)
+            steps -= 1
+        epoch += 1
+    return total
 
 
 def _check(current: dict[str, Any], saved: Any, folder: Path) -> None:

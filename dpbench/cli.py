@@ -102,7 +102,10 @@ def _parser() -> argparse.ArgumentParser:
     budget.add_argument("--noise-multiplier", type=float, help="σ instead of ε; the run reports the ε it implies")
     run.add_argument("--delta", type=float, help="δ (default: the task's, 1/n² unless it says otherwise)")
     run.add_argument("--force-delta", action="store_true", help="allow δ ≥ 1/n")
-    run.add_argument("--seed", type=int, default=0)
+    seeding = run.add_mutually_exclusive_group()
+    seeding.add_argument("--seed", type=int, default=0)
+    seeding.add_argument("--secret-seed", action="store_true",
+                         help="draw the seed from the OS's entropy and write it nowhere (the record says \"secret\")")
     run.add_argument("--epochs", type=_positive_int)
     run.add_argument("--batch-size", type=_positive_int, help="expected batch size B (Poisson rate q = B/n)")
     run.add_argument("--lr", type=float)
@@ -130,6 +133,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="steps between checkpoints (default 100; also at every epoch's end)")
     run.add_argument("--plugins", action="append", default=[], metavar="DIR",
                      help="folder of extra method/task files (also: DPBENCH_PLUGINS)")
+    run.add_argument("--isolate", action="store_true",
+                     help="run the method in a process of its own that never holds the data (dpbench/isolation.py)")
     run.add_argument("--json", action="store_true", help="print the run record as one JSON object")
     run.add_argument("--wandb-project", help="log to this W&B project (also: WANDB_PROJECT)")
     run.add_argument("--wandb-entity", help="W&B entity (team or user)")
@@ -153,13 +158,19 @@ def _parser() -> argparse.ArgumentParser:
                       help="neighbouring datasets of the total ε: add-remove or replace-one (output perturbation)")
     tune.add_argument("--validation-fraction", type=float, default=0.1,
                       help="share of the training data held out to score trials (private modes)")
-    tune.add_argument("--seed", type=int, default=0, help="draws K, the split, the samplers and the trials' seeds")
+    tune_seeding = tune.add_mutually_exclusive_group()
+    tune_seeding.add_argument("--seed", type=int, default=0,
+                              help="names the study and draws its held-out split (K and the trials' coins come from a "
+                                   "secret kept in the study storage)")
+    tune_seeding.add_argument("--secret-seed", action="store_true",
+                              help="draw the split's seed too from the OS's entropy (the record says \"secret\")")
     tune.add_argument("--epochs", type=_positive_int)
     tune.add_argument("--batch-size", type=_positive_int)
     tune.add_argument("--set", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                       help="fix a hyperparameter or task option outside the search (repeatable)")
     tune.add_argument("--storage", help="Optuna storage URL (default: sqlite under DPBENCH_HOME); e.g. postgresql://")
-    tune.add_argument("--study", help="study name (default: task-method-mode-eps-seed); workers share it")
+    tune.add_argument("--study", help="study name (default: task-method-mode-eps-seed, or a random token with "
+                                      "--secret-seed); workers share it")
     tune.add_argument("--heartbeat-interval", type=_positive_int, default=10,
                       help="seconds between a running trial's heartbeats; stale after 3 intervals")
     tune.add_argument("--plugins", action="append", default=[], metavar="DIR")
@@ -223,6 +234,7 @@ def _add_audit_parsers(commands) -> None:
     auditing.add_argument("--lr", type=float)
     auditing.add_argument("--set", type=_key_value, action="append", default=[], metavar="KEY=VALUE")
     auditing.add_argument("--plugins", action="append", default=[], metavar="DIR")
+    auditing.add_argument("--isolate", action="store_true", help="audit the method run isolated (as dpbench run)")
     auditing.add_argument("--json", action="store_true", help="print the audit record as one JSON object")
 
     listing_runs = commands.add_parser("runs", help="list the runs in the results store, newest last")
@@ -247,7 +259,8 @@ def _audit(args: argparse.Namespace) -> int:
     overrides.update(_settings(args.set))
     record = audit.audit(audit.AuditSpec(
         method=args.method, task=args.task, epsilon=args.epsilon, delta=args.delta, seed=args.seed,
-        canaries=args.canaries, threat_model=args.threat_model, overrides=overrides, plugins=args.plugins))
+        canaries=args.canaries, threat_model=args.threat_model, overrides=overrides, plugins=args.plugins,
+        isolate=args.isolate))
     print(json.dumps(record) if args.json else audit.summary(record))
     return 0
 
@@ -352,7 +365,9 @@ def _summary(record: dict[str, Any]) -> str:
         lines.append("  privacy: none (non-private baseline)")
     metrics = ", ".join(f"{k} = {v:.4f}" for k, v in record["metrics"].items())
     seconds = record.get("train_seconds")  # not released by a tuning (it depends on the other trials)
-    lines.append(f"  {record['steps']} steps{'' if seconds is None else f' in {seconds:.1f} s'}; {metrics}")
+    steps = "" if record["steps"] is None else f"{record['steps']} steps"  # AMP's solver count is not released
+    timing = "" if seconds is None else f" in {seconds:.1f} s"
+    lines.append(f"  {steps}{timing}{'; ' if steps or timing else ''}{metrics}")
     from dpbench import store
 
     lines.append(f"  run {record['run_id']} stored in {store.describe()} (dpbench show {record['run_id']})")
@@ -433,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
                 method=args.method, task=args.task, epsilon=args.epsilon, delta=args.delta, mode=args.mode,
                 trials=args.trials, k_distribution=args.k_distribution, eta=args.eta, sampler=args.search,
                 validation_fraction=args.validation_fraction, neighbouring=args.neighbouring, seed=args.seed,
-                overrides=overrides,
+                secret_seed=args.secret_seed, overrides=overrides,
                 search_space=search.load_search_space(args.search_space) if args.search_space else None,
                 storage=args.storage, study=args.study, heartbeat_interval=args.heartbeat_interval,
                 plugins=args.plugins, wandb_project=args.wandb_project, wandb_entity=args.wandb_entity,
@@ -470,12 +485,14 @@ def main(argv: list[str] | None = None) -> int:
 
             spec = engine.RunSpec(
                 method=args.method, task=args.task, epsilon=args.epsilon, noise_multiplier=args.noise_multiplier,
-                delta=args.delta, seed=args.seed, overrides=overrides, profile=args.profile, sampler=args.sampler,
+                delta=args.delta, seed=args.seed, secret_seed=args.secret_seed, overrides=overrides,
+                profile=args.profile, sampler=args.sampler,
                 accountant=args.accountant, neighbouring=args.neighbouring, force_delta=args.force_delta,
                 accelerator=args.accelerator, devices=args.devices, strategy=args.strategy,
                 clipping=args.clipping, noise=args.noise, checkpoint_dir=args.resume or args.checkpoint_dir,
                 resume=bool(args.resume), checkpoint_every=args.checkpoint_every, plugins=args.plugins,
-                wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, no_wandb=args.no_wandb)
+                wandb_project=args.wandb_project, wandb_entity=args.wandb_entity, no_wandb=args.no_wandb,
+                isolate=args.isolate)
             record = engine.run(spec)
             if record is not None:  # None: a rank other than 0 of a multi-process run, which rank 0 reports
                 print(json.dumps(record) if args.json else _summary(record))

@@ -21,7 +21,7 @@ import torch
 from lightning_fabric.utilities.exceptions import MisconfigurationException
 from torch.utils.data import DataLoader
 
-from dpbench import distributed, guards, records, registry, rows, store, streams, tracking
+from dpbench import distributed, guards, isolation, records, registry, rows, store, streams, tracking
 from dpbench.checks import check_budget, check_finite, check_seed
 from dpbench.choices import CLIPPING, GAUSSIAN_SAMPLERS as NOISE, STRATEGIES
 from dpbench.clipping import VmapClipper
@@ -47,6 +47,9 @@ class RunSpec:
     noise_multiplier: float | None = None
     delta: float | None = None
     seed: int = 0
+    #: The seed drawn from the OS's entropy instead (streams.secret_seed) and never written: the record, W&B and the
+    #: logs say "secret" (README, "Threat model").
+    secret_seed: bool = False
     overrides: dict[str, Any] = field(default_factory=dict)
     profile: str | None = None
     sampler: str | None = None
@@ -74,6 +77,7 @@ class RunSpec:
     append_to_store: bool = True  # False for tuning trials: only the selected trial is released
     #: The record's ``tuning`` (e.g. the validation track's selection, ``dpbench.validation``); None: untuned.
     tuning: dict[str, Any] | None = None
+    isolate: bool = False  # run the method in a process of its own (dpbench.isolation); the record's "isolation"
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:
@@ -184,6 +188,14 @@ def _check_sparse(task: Task, method: type[Method], spec: RunSpec) -> None:
             raise UsageError(f"task {task.name} has sparse inputs, which {reason} would densify")
 
 
+def _check_secret_seed(spec: RunSpec) -> None:
+    """A ``--secret-seed`` run keeps its seed nowhere: nothing can resume it or start its other processes."""
+    if spec.checkpoint_dir or spec.resume:
+        raise UsageError("--secret-seed keeps no checkpoints: resuming needs the seed, which is never written")
+    if spec.devices > 1:
+        raise UsageError("--secret-seed trains in one process: each of --devices N would draw its own seed")
+
+
 def _check_budget(spec: RunSpec, method: type[Method]) -> None:
     check_seed(spec.seed)
     if not method.private:
@@ -222,12 +234,23 @@ class PlannedRun:
         return PrivateTraining(self.task, self.method, self.hp, self.record["noise_multiplier"],
                                self.record["sample_rate"] * self.data.n_train, self.spec.seed, clipper=clipper,
                                steps_per_epoch=self.steps_per_epoch, epsilon_so_far=epsilon_so_far,
-                               noise=self.spec.noise)
+                               noise=self.spec.noise, isolate=self.spec.isolate)
 
 
-def registered(method: str, task: str, plugins: list[str]) -> tuple[type[Method], type[Task]]:
-    """The method and task classes of these names (plugin folders included); unknown names are refused."""
+def registered(method: str, task: str, plugins: list[str], isolate: bool = False) -> tuple[type[Method], type[Task]]:
+    """The method and task classes of these names (plugin folders included); unknown names are refused.
+
+    ``isolate``: this process never imports the plugin folders: a plugin method is described by a spawned process
+    (:func:`dpbench.isolation.describe`), and tasks come from dpbench and installed packages only."""
     plugin_dirs = registry.plugin_dirs(plugins)
+    if isolate:
+        methods, tasks = registry.methods([]), registry.tasks([])
+        if task not in tasks:
+            raise UsageError(f"unknown task {task!r} with --isolate (a plugin folder's tasks are not loaded: the "
+                             f"training process never imports plugin code); available: {', '.join(tasks)}")
+        if method in methods:
+            return methods[method], tasks[task]
+        return isolation.describe(method, plugin_dirs), tasks[task]
     methods, tasks = registry.methods(plugin_dirs), registry.tasks(plugin_dirs)
     if method not in methods:
         raise UsageError(f"unknown method {method!r}; available: {', '.join(methods)}")
@@ -280,7 +303,7 @@ def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = 
     """Check ``spec``, load the data, build the model under the seed, choose the sampler and calibrate σ (not with
     ``calibrate=False``: then the record's noise multiplier is None). ``task_class``: train this subclass of the
     registered task instead (``dpbench.audit``'s task with canaries)."""
-    method, registered_task = registered(spec.method, spec.task, spec.plugins)
+    method, registered_task = registered(spec.method, spec.task, spec.plugins, spec.isolate)
     task_class = task_class or registered_task
     if issubclass(method, ReleaseMethod):
         raise UsageError(f"{method.name} releases through dpbench.release, not by gradient steps")
@@ -293,12 +316,18 @@ def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = 
     if spec.neighbouring is None and "neighbouring" in profiled:
         spec = replace(spec, neighbouring=profiled["neighbouring"])
     _check_budget(spec, method)
+    if spec.secret_seed:
+        _check_secret_seed(spec)
+        spec = replace(spec, seed=streams.secret_seed())
     if spec.clipping not in CLIPPING:
         raise UsageError(f"unknown clipping {spec.clipping!r}; choose one of {', '.join(CLIPPING)}")
     if spec.noise not in NOISE:
         raise UsageError(f"unknown noise sampler {spec.noise!r}; choose one of {', '.join(NOISE)}")
     sampler_name = spec.sampler or method.default_sampler
     _check_devices(spec, method, sampler_name)
+    if spec.isolate and (spec.devices > 1 or spec.checkpoint_dir):
+        raise UsageError("--isolate runs one process's method in a process of its own: it does not support "
+                         "--devices above 1 or checkpoints")
     if sampler_name not in SAMPLERS:
         raise UsageError(f"unknown sampler {sampler_name!r}; choose one of {', '.join(SAMPLERS)}")
     if method.full_batch and "batch_size" in spec.overrides:
@@ -381,7 +410,8 @@ def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = 
                 raise UsageError(f"task {task_class.name}: {error}") from None
 
     record = {  # known before training; W&B gets it as the run's configuration
-        **records.provenance(task_class, method, data, spec.seed, hp | options, spec.overrides),
+        **records.provenance(task_class, method, data, "secret" if spec.secret_seed else spec.seed, hp | options,
+                             spec.overrides),
         "profile": spec.profile,
         "private": method.private,
         "epsilon_target": target_epsilon if method.private else None,
@@ -393,7 +423,9 @@ def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = 
         "sampler": sampler_name,
         "data_releases": [release.description for release in data.private_releases],
         "data_release_events": [event_fields(release.event) for release in data.private_releases],
+        "isolation": "process" if spec.isolate else "in-process",  # dpbench.isolation; the board's plugin marks
     }
+    record["code"]["method"] = isolation.code_of(method)
     return PlannedRun(spec, method, task, data, hp, sampler, steps_per_epoch, delta, data_releases, record, held_out)
 
 
@@ -446,8 +478,12 @@ def run(spec: RunSpec, task_class: type[Task] | None = None,
     """Train one model as ``spec`` says, append its record to the results store and return it (None in the ranks
     other than 0 of a multi-process run). ``task_class`` (see :func:`plan`) and ``callbacks`` (Lightning callbacks
     that watch the training) are for ``dpbench.audit``."""
-    method, registered_task = registered(spec.method, spec.task, spec.plugins)
+    method, registered_task = registered(spec.method, spec.task, spec.plugins, spec.isolate)
     if issubclass(method, ReleaseMethod):  # output/objective perturbation: noise and accounting in dpbench.release
+        if spec.secret_seed:
+            raise UsageError(f"{method.name} releases through dpbench.release, which does not take --secret-seed")
+        if spec.isolate:
+            raise UsageError(f"{method.name} releases through dpbench.release: --isolate is for gradient methods")
         from dpbench import release  # imported here: dpbench.release builds on this module
 
         return release.run(spec, method, registered_task)

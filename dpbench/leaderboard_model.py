@@ -20,8 +20,11 @@ How runs are grouped, so that no cell mixes runs that are not comparable:
   rank in its track is by its mean rank over the columns it has.
 * A cell whose mean accuracy is within max(0.002, 2 standard errors) of the test set's majority-class rate is
   *collapsed* (the model predicts one class): flagged, never hidden.
-* A row of an external plugin says so, and whether a white-box audit of the same code passed on the task
-  (``dpbench audit``): "unaudited" unless it did, "audit failed" if any audit of it failed.
+* A row of an external plugin says so, and how far it can be trusted (:func:`plugin_mark`): "isolated" only when
+  its runs ran the method in a process of its own (``dpbench run --isolate``, :mod:`dpbench.isolation`: the method
+  never held the data), otherwise "unverified: in-process plugin"; then, as evidence only, whether a white-box audit
+  of the same code on the task passed (``dpbench audit``): "unaudited" unless one did, "audit failed" if any failed.
+  A passed audit never makes an in-process plugin verified: a plugin can behave differently under audit.
 * The seed papers' published figures (:mod:`dpbench.published`) are rows of their own, never averaged with
   measurements and never ranked.
 """
@@ -122,6 +125,7 @@ class Row:
     hyperparameters: str  # canonical JSON for untuned runs, "" for tuned ones
     code: str = ""  # sha256 of the method's source files: runs of different code never share a row
     external: bool = False  # a user's plugin, not a built-in method
+    isolation: str = ""  # an external plugin's: "process" (dpbench.isolation) or "in-process"; "" for built-ins
 
 
 def row_of(record: dict[str, Any]) -> Row:
@@ -129,7 +133,16 @@ def row_of(record: dict[str, Any]) -> Row:
     code = (record.get("code") or {}).get("method") or {}
     return Row(mode, record["method"], str(record["sampler"]), record["accountant"] or "",
                json.dumps(record["hyperparameters"], sort_keys=True) if mode == "none" else "",
-               code.get("sha256", ""), bool(code.get("external")))
+               code.get("sha256", ""), bool(code.get("external")),
+               (record.get("isolation") or "in-process") if code.get("external") else "")
+
+
+def plugin_mark(isolation: str, audit: str) -> str:
+    """The board's mark of an external plugin's row: "isolated" for ``isolation`` "process", else "unverified:
+    in-process plugin"; then the audit of its code on the task, as evidence ("audit passed", "audit failed",
+    "unaudited")."""
+    trust = "isolated" if isolation == "process" else "unverified: in-process plugin"
+    return f"{trust}, {audit if audit == 'unaudited' else 'audit ' + audit}"
 
 
 @dataclass
@@ -140,10 +153,12 @@ class Cell:
     runs: list[dict[str, Any]] = field(default_factory=list)
 
     @cached_property
-    def per_seed(self) -> dict[int, float]:
-        by_seed: dict[int, list[float]] = defaultdict(list)
+    def per_seed(self) -> dict[tuple[int, str], float]:
+        """The metric per seed; a ``--secret-seed`` run (seed "secret") is a seed of its own, keyed by its run id."""
+        by_seed: dict[tuple[int, str], list[float]] = defaultdict(list)
         for run in self.runs:
-            by_seed[run["seed"]].append(run["metrics"][self.metric])
+            key = (0, run["run_id"]) if run["seed"] == "secret" else (run["seed"], "")
+            by_seed[key].append(run["metrics"][self.metric])
         return {seed: statistics.fmean(values) for seed, values in sorted(by_seed.items())}
 
     @property
@@ -298,7 +313,7 @@ class Table:
                 if len(codes) > 1:  # the same method name, different code (an edited plugin)
                     shown.append(f"code {row.code[:8]}")
                 audit = self.audits.get((row.code, self.task), "unaudited")
-                name = f"{row.method} [external plugin, {'audit ' if audit != 'unaudited' else ''}{audit}]" \
+                name = f"{row.method} [external plugin, {plugin_mark(row.isolation, audit)}]" \
                     if row.external else row.method
                 labels[row] = f"{name} ({', '.join(shown)})" if shown else name
         return labels

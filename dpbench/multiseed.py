@@ -12,8 +12,8 @@ up to floating-point summation order (tested), without S Lightning loops and per
 
 Per-example transforms that are coordinate-wise affine (:class:`~dpbench.clipping.CoordinateAffine`, AdaCliP's
 (g − m)/b) are batched too, each run with its own: its examples' transformed norms come from
-:func:`dpbench.ghost.affine_sq_norm_bound`, as on the engine's fast path, and its clipped sum is
-(Σ_i c_i G_i − (Σ_i c_i)·M)/S.
+:func:`dpbench.ghost.affine_sq_norm_bound` and its clipped sum (Σ_i c_i G_i − (Σ_i c_i)·M)/S from
+:func:`dpbench.ghost.affine_clipped_sum`, as on the engine's fast path.
 
 A method that implements :meth:`~dpbench.method.Method.update_together` (one release per step, then an update)
 is updated for all runs at once: every run's parameters and state become rows of stacked tensors
@@ -43,7 +43,7 @@ from torch import nn
 from dpbench import engine, rows, tracking
 from dpbench.clipping import CoordinateAffine, clip_factors
 from dpbench.engine import RunSpec, UsageError
-from dpbench.ghost import affine_sq_norm_bound
+from dpbench.ghost import affine_clipped_sum, affine_sq_norm_bound
 from dpbench.training import PrivateTraining
 from dpbench.method import ReleaseMethod, stacked
 from dpbench.sampling import IndexedTensors
@@ -143,25 +143,33 @@ def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: to
         norms = (output_grads.square().sum(1) * input_sq.index_select(0, example_of_pair)).sqrt()
     # each run's clip factors, its sum divided by its B
     factors = clip_factors(norms, clips.index_select(0, run_of_pair), scales.index_select(0, run_of_pair))
-    weighted = output_grads * factors.unsqueeze(1)
-    if counts is not None:
-        weighted *= counts.repeat_interleave(runs).unsqueeze(1)
-    if shared:
-        sums = [(weighted.view(len(chosen), runs * classes).T @ x).view(runs, classes, -1)]
+    if affine:  # Σ_i c_i (G_i − M)/S with a bounded rounding error, as the fast clipper computes it; weight and
+        # bias at once, the bias as a weight on an input column of ones
+        table = factors.new_zeros(filled.shape).masked_scatter_(filled, factors)
+        columns = [padded] + ([padded.new_ones((*filled.shape, 1))] if bias is not None else [])
+        shift, divisor = (torch.cat([side.view(runs, classes, -1) for side in sides], 2)
+                          for sides in (shifts, divisors))
+        summed = affine_clipped_sum(torch.cat(columns, 2), spread, table, shift, divisor, sq)
+        sums = [part.reshape(side.shape) for part, side in zip(summed.split([c.shape[2] for c in columns], 2), shifts)]
     else:
-        spread = weighted.new_zeros((*filled.shape, classes)).masked_scatter_(filled.unsqueeze(2), weighted)
-        sums = [torch.bmm(spread.transpose(1, 2), padded)]  # (S, K, d)
-    if bias is not None:
-        sums.append(weighted.new_zeros((runs, classes)).index_add_(0, run_of_pair, weighted))
-    if affine:  # Σ_i c_i (G_i − M)/S = (Σ_i c_i G_i − (Σ_i c_i)·M)/S
-        totals = factors.new_zeros(runs).index_add_(0, run_of_pair, factors)
-        for summed, shift, scale in zip(sums, shifts, divisors):
-            summed.sub_(totals.view(-1, *[1] * (summed.dim() - 1)) * shift).div_(scale)
-    noisy = [torch.empty_like(total) for total in sums]  # every run's noise, drawn from its own stream
+        weighted = output_grads * factors.unsqueeze(1)
+        if counts is not None:
+            weighted *= counts.repeat_interleave(runs).unsqueeze(1)
+        if shared:
+            sums = [(weighted.view(len(chosen), runs * classes).T @ x).view(runs, classes, -1)]
+        else:
+            spread = weighted.new_zeros((*filled.shape, classes)).masked_scatter_(filled.unsqueeze(2), weighted)
+            sums = [torch.bmm(spread.transpose(1, 2), padded)]  # (S, K, d)
+        if bias is not None:
+            sums.append(weighted.new_zeros((runs, classes)).index_add_(0, run_of_pair, weighted))
+    noisy = [torch.empty(total.shape, dtype=weight.dtype) for total in sums]  # every run's noise, from its stream
     for index, module in enumerate(modules):
         module.fill_noise([noise[index] for noise in noisy])
     for noise, total in zip(noisy, sums):
-        noise.add_(total)
+        if total.dtype == noise.dtype:
+            noise.add_(total)
+        else:  # an affine sum, in float64: noise + sum rounded once
+            noise.copy_(noise.double() + total)
     return noisy
 
 
@@ -280,8 +288,9 @@ def run_batch(specs: list[RunSpec]) -> list[dict[str, Any]]:
     """``dpbench run`` of each spec, trained together; one record per spec, as :func:`engine.run`'s.
 
     The specs may differ in seed and hyperparameters (overrides: learning rate, clip norm, epochs, batch size...) but
-    must run one method on one task's data. ``train_seconds`` is the batch's wall time divided by the number of runs,
-    and ``batched_seeds`` says how many were trained together. Raises :class:`NotBatchable` (before any training)
+    must run one method on one task's training data (inputs and labels) with models of one shape. ``train_seconds``
+    is the batch's wall time divided by the number of runs, and ``batched_seeds`` says how many were trained
+    together. Raises :class:`NotBatchable` (before any training)
     where the closed form does not apply. W&B gets each run's configuration and final summary, not per-epoch
     curves.
     """
@@ -296,10 +305,13 @@ def run_batch(specs: list[RunSpec]) -> list[dict[str, Any]]:
     modules = [run.module() for run in planned]
     for module in modules:
         check_batchable(module)
+    if len({tuple(p.shape for p in module.params()) for module in modules}) > 1:  # e.g. with and without a bias
+        raise NotBatchable(f"task {first.task}: the runs' models differ")
     data = planned[0].data
 
     def same_data(run) -> bool:  # the trials of a tuning share their split's tensors (ValidationSplit.split)
-        return run.data.x_train is data.x_train or torch.equal(run.data.x_train, data.x_train)
+        return all(mine is shared or torch.equal(mine, shared) for mine, shared in
+                   ((run.data.x_train, data.x_train), (run.data.y_train, data.y_train)))
 
     if any(run.data_releases or not same_data(run) for run in planned):
         raise NotBatchable(f"task {first.task}: the training data differ between runs")

@@ -14,8 +14,9 @@ The neighbouring relation (``NEIGHBOURING``) is the accountant's: ``add-remove``
 default for Poisson sampling, and what Abadi et al. use) or ``replace-one`` (one example replaced by another, the
 definition of Yu et al. and of the DP-ERM benchmark). Under replace-one a release's sum moves by up to 2C:
 dp-accounting's PLD models it exactly, for Poisson sampling as the mixtures (1 − q)·N(0) + q·N(∓C) (its
-``NeighboringRelation.REPLACE_ONE``). dp-accounting's RDP accountant has no replace-one analysis of Poisson
-subsampling, so ``rdp`` with ``replace-one`` is refused for it.
+``NeighboringRelation.REPLACE_ONE``). dp-accounting's RDP accountant reads a ``GaussianDpEvent`` as sensitivity 1
+under any relation, so under replace-one its Gaussians are given to it with sensitivity 2 (:func:`_accountable`);
+it has no replace-one analysis of Poisson subsampling, so ``rdp`` with ``replace-one`` is refused for that.
 
 ``pld`` (privacy loss distributions) is the reported figure; ``rdp`` is available for comparison.
 """
@@ -63,12 +64,41 @@ PLD_INTERVAL = 1e-4
 
 def _make_accountant(name: str, neighbouring: str = "add-remove",
                      interval: float = PLD_INTERVAL) -> dp_accounting.PrivacyAccountant:
-    relation = RELATIONS[neighbouring]
+    """A fresh accountant for events under ``neighbouring``; RDP's take the add/remove form of
+    :func:`_accountable`."""
     if name == "pld":
-        return pld.PLDAccountant(relation, value_discretization_interval=interval)
+        return pld.PLDAccountant(RELATIONS[neighbouring], value_discretization_interval=interval)
     if name == "rdp":
-        return rdp.RdpAccountant(neighboring_relation=relation)
+        return rdp.RdpAccountant()
     raise ValueError(f"unknown accountant {name!r}; choose one of {', '.join(ACCOUNTANTS)}")
+
+
+def _doubled_sensitivity(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
+    """``event`` with each ``GaussianDpEvent(σ)`` as ``GaussianDpEvent(σ/2)``: the Gaussian mechanism of
+    sensitivity 2C and noise σC, whose RDP α(2C)²/(2σ²C²) (Mironov 2017, Proposition 7) is that of σ/2 at
+    sensitivity C. ValueError for events other than (compositions of) Gaussians."""
+    if isinstance(event, dp_accounting.GaussianDpEvent):
+        return dp_accounting.GaussianDpEvent(event.noise_multiplier / 2)
+    if isinstance(event, dp_accounting.SelfComposedDpEvent):
+        return dp_accounting.SelfComposedDpEvent(_doubled_sensitivity(event.event), event.count)
+    if isinstance(event, dp_accounting.ComposedDpEvent):
+        return dp_accounting.ComposedDpEvent([_doubled_sensitivity(inner) for inner in event.events])
+    if isinstance(event, (dp_accounting.NoOpDpEvent, dp_accounting.NonPrivateDpEvent)):
+        return event
+    raise ValueError(f"no replace-one RDP analysis of {type(event).__name__} here; use the pld accountant")
+
+
+def _accountable(event: dp_accounting.DpEvent, accountant: str, neighbouring: str) -> dp_accounting.DpEvent:
+    """``event`` as ``accountant`` composes it under ``neighbouring``: dp-accounting's PLD models replace-one itself
+    (a ``GaussianDpEvent`` then has sensitivity 2); its RDP accountant ignores the relation for a Gaussian, so under
+    replace-one it is given the doubled sensitivity (:func:`_doubled_sensitivity`)."""
+    return _doubled_sensitivity(event) if accountant == "rdp" and neighbouring == "replace-one" else event
+
+
+def _spent(accountant: str, neighbouring: str, event: dp_accounting.DpEvent, delta: float) -> float:
+    """ε at δ of ``event`` under ``neighbouring`` by ``accountant``."""
+    composed = _make_accountant(accountant, neighbouring).compose(_accountable(event, accountant, neighbouring))
+    return float(composed.get_epsilon(delta))
 
 
 @dataclass(frozen=True)
@@ -163,7 +193,7 @@ def _epsilon(releases: GaussianReleases, delta: float, accountant: str) -> float
 
     def compute() -> float:
         with _numerics(accountant):
-            return float(_make_accountant(accountant, releases.neighbouring).compose(releases.event()).get_epsilon(delta))
+            return _spent(accountant, releases.neighbouring, releases.event(), delta)
 
     return cache.memoized("epsilon", (releases, delta, accountant), compute)
 
@@ -251,15 +281,14 @@ def calibrate_noise_multiplier(
 def _calibrate(target_epsilon, delta, sample_rate, releases, accountant, sampler, releases_per_epoch, preceded_by,
                neighbouring) -> float:
     if preceded_by:
-        spent_before = float(_make_accountant(accountant, neighbouring).compose(
-            dp_accounting.ComposedDpEvent(list(preceded_by))).get_epsilon(delta))
+        spent_before = _spent(accountant, neighbouring, dp_accounting.ComposedDpEvent(list(preceded_by)), delta)
         if spent_before >= target_epsilon:
             raise ValueError(f"the task's data releases alone spend ε = {spent_before:.4g} "
                              f"≥ the target {target_epsilon:g}")
 
     def releases_with(sigma: float) -> dp_accounting.DpEvent:
-        return GaussianReleases(sample_rate, sigma, releases, sampler, releases_per_epoch, preceded_by,
-                                neighbouring).event()
+        return _accountable(GaussianReleases(sample_rate, sigma, releases, sampler, releases_per_epoch, preceded_by,
+                                             neighbouring).event(), accountant, neighbouring)
 
     interval = PLD_INTERVAL * max(1, math.floor(4 * target_epsilon))
     sigma = float(dp_accounting.calibrate_dp_mechanism(

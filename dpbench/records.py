@@ -98,9 +98,10 @@ def majority_rate(data: TaskData) -> float | None:
     return float(labels.bincount().max()) / len(labels)
 
 
-def provenance(task: type, method: type, data: TaskData, seed: int, hyperparameters: dict[str, Any],
+def provenance(task: type, method: type, data: TaskData, seed: int | str, hyperparameters: dict[str, Any],
                overrides: dict[str, Any]) -> dict[str, Any]:
-    """The fields that say what was run on which data by which code, known before training."""
+    """The fields that say what was run on which data by which code, known before training; ``seed`` is "secret"
+    for a run whose seed came from the OS's entropy and is never written (``--secret-seed``)."""
     from dpbench.method import Method
     from dpbench.task import Task
 
@@ -142,7 +143,8 @@ STORED_FIELDS = {
     "method": ("a string", lambda v: isinstance(v, str)),
     "data_id": ("a string", lambda v: isinstance(v, str)),
     "created_at": ("a string", lambda v: isinstance(v, str)),
-    "seed": ("a whole number", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "seed": ("a whole number or \"secret\"",
+             lambda v: v == "secret" or isinstance(v, int) and not isinstance(v, bool)),
     "private": ("true or false", lambda v: isinstance(v, bool)),
     "metrics": ("an object of numbers", lambda v: isinstance(v, dict) and bool(v) and all(
         isinstance(x, (int, float)) and not isinstance(x, bool) for x in v.values())),

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar
 
@@ -119,7 +118,11 @@ class AMPCalibration:
     The output part is a plain Gaussian mechanism, so it is charged exactly: ``epsilon_out_spent`` is
     dp-accounting's ε at δ2 for the noise multiplier σ2/Δ2 (Balle & Wang's analytic bound). It is below ε2 for the
     usual parameters; where the paper's tail-bound formula fails to give (ε2, δ2) (ε2 ≳ 10) the split is refused.
-    The objective part is charged (ε1, δ1) as the paper's theorem states.
+    The objective part is charged (ε1, δ1) as the paper's theorem states. Its proof (Kifer et al. 2012, Theorem 2,
+    which AMP's Theorem 1 follows) needs b1's privacy loss, N(μ²/2, μ²) with μ = (2L/n)/σ1, to stay under ε3 but
+    with probability δ1: a tail bound, stricter than (ε3, δ1)-DP of b1 as a Gaussian mechanism. The paper's σ1
+    gives it only while μ ≲ 2; the split is refused where the exact tail P[loss > ε3] exceeds δ1 (breast_cancer,
+    ε3/ε1 = 0.99: accepted up to ε = 18, refused from 18.5; at ε = 40 the tail is 4.0e-3 against δ1 = 4.8e-6).
     """
 
     epsilon_objective: float  # ε1
@@ -148,6 +151,12 @@ class AMPCalibration:
         regularization = hessian_rank * smoothness / curvature
         objective_sensitivity = 2 * lipschitz / n
         sigma_objective = objective_sensitivity * (1 + math.sqrt(2 * math.log(1 / delta_objective))) / epsilon_noise
+        mu = objective_sensitivity / sigma_objective  # the privacy loss of b1 is N(μ²/2, μ²)
+        tail = 0.5 * math.erfc((epsilon_noise / mu - mu / 2) / math.sqrt(2))  # P[loss > ε3]
+        if tail > delta_objective * (1 + 1e-9):
+            raise ValueError(f"the paper's objective noise b1 does not keep its privacy loss under ε3 = "
+                             f"{epsilon_noise:g} but with probability {tail:.3g} > δ1 = {delta_objective:g}; lower "
+                             f"ε or the noise fraction")
         out_sensitivity = 2 * n * gamma / regularization
         sigma_out = out_sensitivity * (1 + math.sqrt(2 * math.log(1 / delta_out))) / epsilon_out
         epsilon_out_spent = GaussianReleases(1.0, sigma_out / out_sensitivity, 1).epsilon(delta_out)
@@ -189,7 +198,8 @@ class ObjectivePerturbationMethod(ReleaseMethod):
     binary classifier. The method declares the loss's Lipschitz constant L (``input_norm``: rows are clipped to
     it), an upper bound β on its smoothness, r (``hessian_rank``: 2 for a generalized linear model, whose ∇²ℓ
     has rank 1, as the benchmark sets it), its budget split and γ;
-    ``objective_gradient`` computes ∇L_priv and ``solve`` returns θ with ‖∇L_priv(θ)‖ ≤ γ and its iteration count.
+    ``objective_gradient`` computes ∇L_priv and ``solve`` returns θ with ‖∇L_priv(θ)‖ ≤ γ and its iteration count
+    (data-dependent: never released in a record).
     The release module draws b, checks the gradient norm of the solver's answer and adds the output noise.
     """
 
@@ -381,9 +391,11 @@ def run(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[Task]
     deviation over its sensitivity for the main release (output perturbation: s/Δ; AMP: σ1/(2L/n), the linear
     term's); ``sampler`` is ``permutation`` (output perturbation: one random permutation, fixed-size batches,
     no amplification claimed) or ``none (full data)`` (AMP); ``sample_rate`` is b/n or 1; ``steps`` counts
-    parameter updates (SGD steps, or solver iterations summed over classifiers); ``gradient_evaluations`` is 0,
-    as no noisy gradient is released; ``privacy_ledger`` lists every release with its (ε, δ), noise and
-    sensitivity, and ``epsilon``/``delta`` are their sums.
+    output perturbation's SGD steps (k passes of ⌈n/b⌉ batches, public) and is None for AMP, whose solver's
+    iteration count depends on the data and is covered by no analysis; ``train_seconds`` is None (the wall time
+    depends on the data too; a tuning's record leaves it out likewise); ``gradient_evaluations`` is 0, as no noisy
+    gradient is released; ``privacy_ledger`` lists every release with its (ε, δ), noise and sensitivity, and
+    ``epsilon``/``delta`` are their sums.
     """
     method, hp, options, task, data, delta, epsilon = _prepare(spec, method_class, task_class)
     held_out = None
@@ -398,7 +410,6 @@ def run(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[Task]
         targets = labels.double()[:, None]
     else:
         targets = torch.nn.functional.one_hot(labels, task.classes).double()
-    started = time.perf_counter()
     try:
         if isinstance(method, OutputPerturbationMethod):
             theta, ledger, steps = output_perturbation(method, x, targets, epsilon, delta, spec.seed,
@@ -406,13 +417,13 @@ def run(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[Task]
             sample_rate = method.hp["batch_size"] / n
             noise_multiplier = ledger[0].noise_std / ledger[0].sensitivity
         else:
-            theta, ledger, steps, calibration = approximate_minima_perturbation(method, x, targets, epsilon, delta,
-                                                                                spec.seed)
+            theta, ledger, iterations, calibration = approximate_minima_perturbation(method, x, targets, epsilon,
+                                                                                     delta, spec.seed)
+            steps = None  # the solver's `iterations` depend on the data, outside AMP's theorem: not released
             sample_rate = 1.0
             noise_multiplier = calibration.sigma_objective / calibration.objective_sensitivity
     except ValueError as error:
         raise UsageError(f"{method_class.name}: {error}") from None
-    train_seconds = time.perf_counter() - started
     accountant, sampler = _accounting(method)
 
     spent_epsilon = sum(entry.epsilon for entry in ledger)
@@ -441,7 +452,7 @@ def run(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[Task]
         "accountant": accountant,
         "sampler": sampler,
         "privacy_ledger": [asdict(entry) for entry in ledger],
-        "train_seconds": train_seconds,
+        "train_seconds": None,
         "metrics": metrics,
     }
     if held_out is not None:

@@ -7,10 +7,14 @@ the initial weights gave away which examples epoch 0's first batch held. Here a 
 meant for exactly this (independent child streams of one seed) — reduced to 64 bits. A purpose is one of
 :data:`PURPOSES` (or a task's own, prefixed ``task:``), so two purposes never share a stream, and neither does one
 purpose at two indices (epochs, trials).
+
+A seed that must stay secret (the coins of a random-stopping study, Papernot & Steinke's K among them; a run with
+``--secret-seed``) comes from the operating system's entropy: :func:`secret_seed`.
 """
 from __future__ import annotations
 
 import hashlib
+import secrets
 
 import numpy as np
 import torch
@@ -31,11 +35,11 @@ PURPOSES = {
     "release-permutation": "output perturbation's permutation of the training rows",
     "output-noise": "the output noise of output perturbation and AMP",
     "objective-noise": "AMP's noise on the linear term of the objective",
-    "tuning-k": "the number of trials K of a random-stopping study",
-    "tuning-split": "the coins that hold out a study's validation part",
-    "tuning-trial": "a trial's run seed (index: trial number)",
-    "tuning-search": "a trial's hyperparameter draw (index: trial number)",
-    "score-noise": "the noise on a trial's validation count (index: trial number)",
+    "tuning-k": "the number of trials K of a random-stopping study (of the study's secret)",
+    "tuning-split": "the coins that hold out a study's validation part (of its public split seed)",
+    "tuning-trial": "a trial's run seed (of the study's secret; index: trial number)",
+    "tuning-search": "a trial's hyperparameter draw (of the study's secret; index: trial number)",
+    "score-noise": "the noise on a trial's validation count (of the study's secret; index: trial number)",
     "validation-split": "the validation track's held-out part of the training data",
     "federated-split": "which images a federated run assigns at random to which client (dpbench.federated)",
     "client-batches": "a federated run's local batches: every client's permutation of its data (index: round)",
@@ -50,6 +54,12 @@ def _code(purpose: str) -> int:
     if purpose not in PURPOSES and not purpose.startswith("task:"):
         raise ValueError(f"unknown random stream purpose {purpose!r}; add it to dpbench.streams.PURPOSES")
     return int.from_bytes(hashlib.sha256(purpose.encode()).digest()[:4], "little")
+
+
+def secret_seed() -> int:
+    """A run or study seed (0 ≤ seed ≤ 2⁶³ − 1) from the operating system's entropy (``secrets``): a function of
+    nothing published."""
+    return secrets.randbelow(MAX_SEED + 1)
 
 
 def derive(seed: int, purpose: str, *index: int) -> int:

@@ -117,9 +117,13 @@ def cells(grid: dict[str, Any]) -> list[Cell]:
 # ---- one cell: what it would record, and running it ------------------------------------------------------------
 
 def _tune_specs(cell: Cell, seeds: tuple[int, ...]) -> list[tuning.TuneSpec]:
-    """The random-stopping cell's studies, one per tuning seed; they share the held-out split (split seed 0) so
-    that their trials train as one batch, and their names carry the settings (a changed grid never reuses them)."""
-    settings = json.dumps([cell.task, cell.method, cell.epsilon, cell.trials, cell.neighbouring], sort_keys=True)
+    """The random-stopping cell's studies, one per seed; they share the held-out split (split seed 0) so that their
+    trials train as one batch, and their names carry the settings (a changed grid never reuses them). The seed is
+    the study's public index (its record's ``seed``, by which a rerun skips released studies); each study draws K
+    and its trials' coins from its own secret (:mod:`dpbench.tuning`); "study secret" in the names' digest keeps
+    the studies made before (their coins from the seed) from being reused."""
+    settings = json.dumps([cell.task, cell.method, cell.epsilon, cell.trials, cell.neighbouring, "study secret"],
+                          sort_keys=True)
     digest = hashlib.sha256(settings.encode()).hexdigest()[:10]
     return [tuning.TuneSpec(method=cell.method, task=cell.task, epsilon=cell.epsilon, mode="random-stopping",
                             trials=cell.trials, neighbouring=cell.neighbouring or "add-remove", seed=seed,

@@ -19,6 +19,7 @@ from dpbench import distributed, streams
 from dpbench.clipping import PerExampleClipper, Transform
 from dpbench.errors import UsageError
 from dpbench.ghost import make_clipper
+from dpbench.isolation import IsolatedMethod
 from dpbench.method import GradientMechanism, Method
 from dpbench.noise import GaussianNoise
 from dpbench.task import Task
@@ -30,15 +31,16 @@ class PrivateTraining(pl.LightningModule):
     def __init__(self, task: Task, method: type[Method], hp: dict[str, Any], noise_multiplier: float,
                  expected_batch_size: float, seed: int, clipper: PerExampleClipper | None = None,
                  steps_per_epoch: int | None = None, epsilon_so_far: Callable[[int], float] | None = None,
-                 noise: str = "fast"):
+                 noise: str = "fast", isolate: bool = False):
         super().__init__()
         self.task, self.method_class, self.hp = task, method, hp
         self.noise_multiplier, self.expected_batch_size, self.seed = noise_multiplier, expected_batch_size, seed
         self.noise_sampler = noise
         self.mechanism = GradientMechanism(noise_multiplier, hp.get("clip", math.inf), expected_batch_size,
                                            steps_per_epoch)
-        try:
-            self.method = method(self.params(), hp, self.mechanism)
+        try:  # isolated: the method runs in a process of its own (dpbench.isolation)
+            self.method = IsolatedMethod(method, self.params(), hp, self.mechanism) if isolate else \
+                method(self.params(), hp, self.mechanism)
         except ValueError as error:
             raise UsageError(f"{method.name}: {error}") from None
         self.transforms = method.per_example_transform is not Method.per_example_transform
@@ -75,6 +77,8 @@ class PrivateTraining(pl.LightningModule):
             self.trainer.train_dataloader.batch_sampler.shard(self.rank, self.world)
 
     def on_train_end(self):
+        if isinstance(self.method, IsolatedMethod):
+            self.method.close()
         if self.world > 1:  # the examples all ranks' batches held, for the sampling guard (rank 0 checks it)
             self.sampled = distributed.total(self.sampled)
 

@@ -28,14 +28,23 @@ how training and score compose, the RDP curves under either neighbouring relatio
 
 Trials and the ledger. The study (Optuna storage: an SQLite file under ``DPBENCH_HOME`` by default, any
 SQLAlchemy URL, e.g. PostgreSQL, for many workers) holds exactly K trials from the moment it exists: the worker
-that creates it draws K once (from the tuning seed), stores it in the study's user attributes and enqueues K
-``WAITING`` trials. A worker claims a trial by the storage's atomic WAITING → RUNNING transition, so no trial
-runs twice and no worker can add a (K+1)-th. A running trial records a heartbeat; a trial whose worker died
+that creates it draws K once (from the study's secret, below), stores it in the study's user attributes and
+enqueues K ``WAITING`` trials. A worker claims a trial by the storage's atomic WAITING → RUNNING transition, so no
+trial runs twice and no worker can add a (K+1)-th. A running trial records a heartbeat; a trial whose worker died
 (killed, machine lost) stops beating and is marked ``FAIL`` by Optuna's ``fail_stale_trials`` in any worker after
 the grace period. It is never retried: a failed, interrupted or stale trial counts as one of the K (it outputs
 nothing, i.e. it never wins the selection), so the ledger is always "K trials charged", whatever happened.
 Failures are treated as part of the trial's output; this is valid for failures caused by the trial's private
 outputs (e.g. divergence) or independent of the data (a killed process).
+
+The study's coins. When the study is created, its secret is drawn from the operating system's entropy
+(:func:`dpbench.streams.secret_seed`) and kept in the study's user attributes, with a random ``study_id``. K (stream
+``tuning-k``), trial k's run seed (``tuning-trial``, k), its hyperparameter draw (``tuning-search``, k) and its score
+noise (``score-noise``, k) all come from the secret, so that the trials are i.i.d. and independent of each other, as
+Papernot & Steinke's Theorems 2 and 6 assume, and nothing released determines them: with the public seed in their
+place, every released record gave away K and its winner (recompute the draws, match ``selected_params``). The public
+``--seed`` only names the study and draws the held-out split, whose coins the analysis allows to be known
+(:mod:`dpbench.tuning_privacy`); ``--secret-seed`` draws it from the OS's entropy too.
 
 Release: when all K trials are finished, the best COMPLETE trial (highest noisy score; ties: lowest trial
 number) is released exactly once: the first worker to insert it into the table ``dpbench_released`` (in the
@@ -48,10 +57,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import sys
 import threading
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -78,7 +89,15 @@ def default_storage() -> str:
 
 
 def default_study_name(spec: TuneSpec) -> str:
-    return f"{spec.task}-{spec.method}-{spec.mode}-eps{spec.epsilon:g}-seed{spec.seed}"
+    """Named after the settings; a ``--secret-seed`` study after a random token instead of its seed."""
+    seed = f"secret-{secrets.token_hex(4)}" if spec.secret_seed else f"seed{spec.seed}"
+    return f"{spec.task}-{spec.method}-{spec.mode}-eps{spec.epsilon:g}-{seed}"
+
+
+def study_secret(study: optuna.Study) -> int:
+    """The study's secret (its user attribute ``secret``, in the study storage only): the seed of its K, its trials'
+    run seeds and search draws, and its score noise."""
+    return study.user_attrs["secret"]
 
 
 def redacted(url: str) -> str:
@@ -116,14 +135,14 @@ def _storage(url: str, heartbeat_interval: int, attempts: int = 5) -> optuna.sto
             time.sleep(0.5 * (attempt + 1))
 
 
-def _sampler(plan_: Plan, trial_number: int) -> optuna.samplers.BaseSampler:
-    """Trial k's sampler, on the tuning seed's ``tuning-search`` stream at k, so that workers do not repeat each
-    other's draws (QMC: one scrambled sequence for the whole study, indexed by Optuna across workers)."""
-    seed = streams.derive(plan_.spec.seed, "tuning-search", trial_number) % 2**32
+def _sampler(plan_: Plan, secret: int, trial_number: int) -> optuna.samplers.BaseSampler:
+    """Trial k's sampler, on the ``tuning-search`` stream of the study's secret at k, so that workers do not repeat
+    each other's draws (QMC: one scrambled sequence for the whole study, indexed by Optuna across workers)."""
+    seed = streams.derive(secret, "tuning-search", trial_number) % 2**32
     if plan_.config["sampler"] == "qmc":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.QMCSampler(scramble=True, seed=streams.derive(plan_.spec.seed, "tuning-search") % 2**32,
+            return optuna.samplers.QMCSampler(scramble=True, seed=streams.derive(secret, "tuning-search") % 2**32,
                                               warn_independent_sampling=False,
                                               warn_asynchronous_seeding=False)
     if plan_.config["sampler"] == "tpe":
@@ -132,7 +151,8 @@ def _sampler(plan_: Plan, trial_number: int) -> optuna.samplers.BaseSampler:
 
 
 def open_study(plan_: Plan, storage: optuna.storages.RDBStorage, name: str, wait: float = 120.0) -> optuna.Study:
-    """Create the study with its K WAITING trials, or load it (waiting for its creator to finish setting it up)."""
+    """Create the study with its secret and K WAITING trials, or load it (waiting for its creator to finish setting it
+    up)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         try:
@@ -142,9 +162,11 @@ def open_study(plan_: Plan, storage: optuna.storages.RDBStorage, name: str, wait
             study = optuna.load_study(study_name=name, storage=storage)
             created = False
     if created:
-        spec = plan_.spec
-        k = draw_k(plan_.config["k_distribution"], spec.seed) if spec.mode == "random-stopping" else int(spec.trials)
+        spec, secret = plan_.spec, streams.secret_seed()
+        k = draw_k(plan_.config["k_distribution"], secret) if spec.mode == "random-stopping" else int(spec.trials)
         study.set_user_attr("dpbench_config", plan_.config)
+        study.set_user_attr("secret", secret)
+        study.set_user_attr("study_id", secrets.token_hex(8))
         study.set_user_attr("k", k)
         for _ in range(k):
             study.enqueue_trial({})
@@ -208,19 +230,19 @@ class _Heartbeat:
         self.thread.join()
 
 
-def _trial_run_spec(plan_: Plan, params: dict[str, Any], number: int) -> engine.RunSpec:
-    """Trial ``number``'s run: its seed from the tuning seed's ``tuning-trial`` stream; in the private modes Poisson
-    sampling (what the per-trial event assumes, whatever the method's default sampler) at the planned σ."""
+def _trial_run_spec(plan_: Plan, params: dict[str, Any], number: int, secret: int) -> engine.RunSpec:
+    """Trial ``number``'s run: its seed from the ``tuning-trial`` stream of the study's secret, its score noise from
+    its ``score-noise`` stream, both at ``number``; in the private modes Poisson sampling (what the per-trial event
+    assumes, whatever the method's default sampler) at the planned σ, on the split of the study's public split seed."""
     spec = plan_.spec
     common = dict(method=spec.method, task=spec.task, delta=plan_.delta,
-                  seed=streams.child_seed(spec.seed, "tuning-trial", number),
+                  seed=streams.child_seed(secret, "tuning-trial", number),
                   overrides={**spec.overrides, **params}, plugins=spec.plugins, progress_bar=False, no_wandb=True,
                   append_to_store=False)
     if spec.mode == "oracle":
         return engine.RunSpec(epsilon=spec.epsilon if plan_.method.private else None, **common)
-    validation = ValidationSplit(plan_.validation["fraction"], plan_.validation["seed"],
-                                 plan_.validation["noise_multiplier"], number,
-                                 split_seed=plan_.validation["split_seed"])
+    validation = ValidationSplit(plan_.validation["fraction"], secret, plan_.validation["noise_multiplier"], number,
+                                 split_seed=spec.seed if spec.split_seed is None else spec.split_seed)
     if plan_.trial.kind == "output":
         return engine.RunSpec(noise_multiplier=plan_.trial.noise_multiplier, neighbouring="replace-one",
                               validation=validation, **common)
@@ -245,7 +267,7 @@ def _check_trial(plan_: Plan, number: int, record: dict[str, Any]) -> None:
 
 def _begin(plan_: Plan, study: optuna.Study, trial_id: int, number: int):
     """A claimed trial's optuna handle and hyperparameters (drawn by its own sampler)."""
-    study.sampler = _sampler(plan_, number)
+    study.sampler = _sampler(plan_, study_secret(study), number)
     trial = optuna.Trial(study, trial_id)
     trial.set_user_attr("worker", f"{os.uname().nodename}:{os.getpid()}")
     return trial, search.suggest(trial, plan_.distributions)
@@ -285,7 +307,7 @@ def _run_trial(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBSto
             if storage.get_trial(trial_id).state != optuna.trial.TrialState.RUNNING:
                 return  # failed as stale before it started: it counts, and it never touches the data
             trial, params = _begin(plan_, study, trial_id, number)
-            record = engine.run(_trial_run_spec(plan_, params, number))
+            record = engine.run(_trial_run_spec(plan_, params, number, study_secret(study)))
     except Exception as failure:
         error = failure
     finally:
@@ -304,7 +326,8 @@ def _run_together(claimed: list[tuple[Plan, optuna.Study, tuple[int, int]]],
         for plan_, study, (trial_id, number) in claimed:
             trial, params = _begin(plan_, study, trial_id, number)
             begun.append((plan_, study, trial, number, params))
-        specs = [_trial_run_spec(plan_, params, number) for plan_, _, _, number, params in begun]
+        specs = [_trial_run_spec(plan_, params, number, study_secret(study))
+                 for plan_, study, _, number, params in begun]
         try:
             outcomes = [(record, None) for record in multiseed.run_many(specs)]
         except Exception:  # one trial's failure must not fail the others: run them one by one
@@ -345,9 +368,11 @@ def ledger(study: optuna.Study) -> dict[str, Any]:
 
 def tuning_config(plan_: Plan) -> dict[str, Any]:
     """What decides a tuning's mechanism and search (public): a released record's ``tuning["config"]``, part of its
-    identity (two records of one config are the same experiment with other tuning seeds)."""
+    identity (two records of one config are the same experiment with other tuning seeds). ``coins`` names where
+    K and the trials' coins come from, so that records of the tuning that drew them from the public seed (their K
+    recoverable from the record) never count as stored runs of this one."""
     spec, config = plan_.spec, plan_.config
-    return {"mode": spec.mode, "k_distribution": config.get("k_distribution"),
+    return {"mode": spec.mode, "coins": "study secret", "k_distribution": config.get("k_distribution"),
             "trials": None if spec.mode == "random-stopping" else int(spec.trials), "search_space": plan_.space,
             "sampler": config["sampler"], "validation_fraction": spec.validation_fraction,
             "split_seed": spec.split_seed, "overrides": spec.overrides, "neighbouring": spec.neighbouring}
@@ -358,7 +383,7 @@ def tuning_config(plan_: Plan) -> dict[str, Any]:
 TRIAL_ONLY_FIELDS = ("run_id", "created_at", "validation", "batched_seeds", "train_seconds")
 
 #: The keys of a released record's ``tuning``: nothing that depends on K or on the trials not selected.
-PUBLIC_TUNING_FIELDS = frozenset({"config", 
+PUBLIC_TUNING_FIELDS = frozenset({"config", "study_id",
     "mode", "sampler", "search_space", "selected_params", "study", "storage", "private", "selected_by", "trials",
     "note", "per_trial_epsilon", "selected_score", "accountant", "noise_multiplier", "sample_rate",
     "gradient_evaluations", "trial_mechanism", "neighbouring", "per_trial_delta", "per_trial_event", "validation",
@@ -388,8 +413,8 @@ def released_record(plan_: Plan, study: optuna.Study, storage_url: str) -> dict[
     # Only what is public leaves the study: for random stopping, K and the other trials (how many ran or failed,
     # which one won, its seed) must stay hidden, or the release is best-of-k for a known k (PUBLIC_TUNING_FIELDS).
     tuning = {"mode": spec.mode, "sampler": config["sampler"], "search_space": plan_.space,
-              "selected_params": best.params, "study": study.study_name, "storage": redacted(storage_url),
-              "config": tuning_config(plan_)}
+              "selected_params": best.params, "study": study.study_name, "study_id": study.user_attrs["study_id"],
+              "storage": redacted(storage_url), "config": tuning_config(plan_)}
     if spec.mode == "oracle":
         tuning.update({"private": False, "selected_by": "test accuracy (not private)", "trials": int(spec.trials),
                        "note": "tuning not private: trials were selected on the test set; epsilon covers one "
@@ -413,8 +438,8 @@ def released_record(plan_: Plan, study: optuna.Study, storage_url: str) -> dict[
             tuning["trials"] = int(spec.trials)
             tuning["total_event"] = "SelfComposed(per_trial_event, trials)"
         record.update({"epsilon": total, "accountant": "rdp", "neighbouring": plan_.trial.neighbouring})
-    record.update({"seed": spec.seed, "epsilon_target": spec.epsilon, "delta": plan_.delta if
-                   plan_.method.private else None, "tuning": tuning})
+    record.update({"seed": "secret" if spec.secret_seed else spec.seed, "epsilon_target": spec.epsilon,
+                   "delta": plan_.delta if plan_.method.private else None, "tuning": tuning})
     if not set(tuning) <= PUBLIC_TUNING_FIELDS:
         raise RuntimeError(f"the released tuning record would carry {sorted(set(tuning) - PUBLIC_TUNING_FIELDS)}")
     return records.seal(record)
@@ -439,8 +464,9 @@ def _release_once(url: str, name: str, record: dict[str, Any]) -> tuple[dict[str
 
 def _open(spec: TuneSpec, storages: dict[tuple[str, int], optuna.storages.RDBStorage] | None = None
           ) -> tuple[Plan, str, optuna.storages.RDBStorage, optuna.Study, str]:
-    """The study's plan, storage URL, storage (one per URL and heartbeat in ``storages``), study and name."""
-    plan_ = plan(spec)
+    """The study's plan, storage URL, storage (one per URL and heartbeat in ``storages``), study and name. With
+    ``secret_seed`` a new study's seed comes from the OS's entropy, and a worker joining the study takes its own."""
+    plan_ = plan(replace(spec, seed=streams.secret_seed()) if spec.secret_seed else spec)
     url = spec.storage or default_storage()
     if url.startswith("sqlite:///"):
         try:
@@ -453,7 +479,17 @@ def _open(spec: TuneSpec, storages: dict[tuple[str, int], optuna.storages.RDBSto
     storage = storages[url, spec.heartbeat_interval]
     name = spec.study or default_study_name(spec)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if spec.secret_seed and (seed := _stored_seed(storage, name)) is not None:
+        plan_ = plan(replace(spec, seed=seed))
     return plan_, url, storage, open_study(plan_, storage, name), name
+
+
+def _stored_seed(storage: optuna.storages.RDBStorage, name: str) -> int | None:
+    """The seed study ``name`` was created with (in its storage), None if there is no such study yet."""
+    try:
+        return optuna.load_study(study_name=name, storage=storage).user_attrs.get("dpbench_config", {}).get("seed")
+    except KeyError:
+        return None
 
 
 def _release(plan_: Plan, url: str, study: optuna.Study, name: str) -> dict[str, Any]:

@@ -45,8 +45,10 @@ class TuneSpec:
     sampler: str | None = None  # None: the mode's default (MODE_SAMPLERS)
     validation_fraction: float = 0.1
     neighbouring: str = "add-remove"  # of the total ε (trials sample Poisson batches either way)
-    seed: int = 0
-    split_seed: int | None = None  # the held-out part's coins (None: the tuning seed's)
+    seed: int = 0  # public: names the study and, without split_seed, draws the held-out part; the study's secret
+    # draws the rest (K, the trials' seeds and search draws, the score noise: dpbench.tuning)
+    secret_seed: bool = False  # the seed too from the OS's entropy; the record says "secret" (tune --secret-seed)
+    split_seed: int | None = None  # the held-out part's coins (None: the seed's)
     overrides: dict[str, Any] = field(default_factory=dict)
     search_space: dict[str, dict[str, Any]] | None = None  # None: the method's
     storage: str | None = None  # None: sqlite under DPBENCH_HOME
@@ -163,6 +165,7 @@ def plan(spec: TuneSpec, calibrate: bool = True) -> Plan:
         raise UsageError(f"delta={delta:g} is not below 1/n = {1 / n:g} for n={n}")
     config = {"method": method.name, "task": task_class.name, "data_id": data.data_id, "mode": spec.mode,
               "epsilon": spec.epsilon, "delta": delta, "trials": spec.trials, "seed": spec.seed,
+              "secret_seed": spec.secret_seed,
               "search_space": space, "overrides": spec.overrides, "neighbouring": spec.neighbouring,
               "split_seed": spec.split_seed,
               "sampler": sampler}
@@ -195,7 +198,8 @@ def plan(spec: TuneSpec, calibrate: bool = True) -> Plan:
     finally:
         absl.setLevel(level)
     result.trial = replace(mechanism, noise_multiplier=sigma)
-    result.validation = {"fraction": spec.validation_fraction, "seed": spec.seed, "split_seed": spec.split_seed,
+    result.validation = {"fraction": spec.validation_fraction, "seed": "secret" if spec.secret_seed else spec.seed,
+                         "split_seed": spec.split_seed,
                          "noise_multiplier": score_noise_multiplier(result.trial), "sensitivity": 1,
                          "n_train": n_train, "n_validation": n - n_train}
     config.update({"k_distribution": distribution, "validation_fraction": spec.validation_fraction,

@@ -3,11 +3,12 @@ random stopping and adaptive composition, the per-trial calibration, and the hel
 
 The per-trial mechanism (private modes). Before training, the training set is split by a fixed,
 data-independent rule: each example goes to the validation part V with probability ``fraction``, by a coin from the
-tuning seed's ``tuning-split`` stream (the coins depend on nothing but the seed and the example's position). A
-trial trains on the rest, T, exactly like ``dpbench run`` (gradient methods: Poisson sampling of T with rate
-q = B/|T|, clipping, Gaussian noise σ; output perturbation: one Gaussian mechanism of noise multiplier σ per
-classifier), then releases its model and the noisy score (#correct predictions on V + N(0, σ_v²)) / (fraction · n),
-with n the size of the whole training set. One example changes #correct by at most 1 (added, removed or replaced):
+``tuning-split`` stream of the study's split seed (the coins depend on nothing but that seed and the example's
+position; the seed may be public: the bound below holds for every value of the coins). A trial trains on the
+rest, T, exactly like ``dpbench run`` (gradient methods: Poisson sampling of T with rate q = B/|T|, clipping,
+Gaussian noise σ; output perturbation: one Gaussian mechanism of noise multiplier σ per classifier), then
+releases its model and the noisy score (#correct predictions on V + N(0, σ_v²)) / (fraction · n), with n the size
+of the whole training set. One example changes #correct by at most 1 (added, removed or replaced):
 the score is a Gaussian mechanism of sensitivity 1 and noise multiplier σ_v.
 
 How training and score compose: in *parallel*, since they read disjoint parts of the data. Under add/remove-one
@@ -88,9 +89,10 @@ def tnb_gamma(eta: int, mean: float) -> float:
     return high
 
 
-def draw_k(distribution: dict[str, Any], seed: int) -> int:
-    """K from its distribution, on the tuning seed's ``tuning-k`` stream (never from the data)."""
-    rng = streams.numpy_generator(seed, "tuning-k")
+def draw_k(distribution: dict[str, Any], secret: int) -> int:
+    """K from its distribution, on the ``tuning-k`` stream of the study's secret (:func:`dpbench.streams.secret_seed`:
+    never from the data, nor from anything released; Papernot & Steinke's bound holds only while K is hidden)."""
+    rng = streams.numpy_generator(secret, "tuning-k")
     mean = distribution["mean"]
     if distribution["name"] == "poisson":
         return int(rng.poisson(mean))
@@ -212,9 +214,9 @@ class ValidationSplit:
     leaderboard's validation track, whose selection is not charged)."""
 
     fraction: float
-    seed: int  # the tuning seed
+    seed: int  # whose ``score-noise`` stream noises the score (a study's secret) and, without split_seed, the coins
     noise_multiplier: float  # σ_v, the standard deviation of the noise on the count of correct predictions
-    trial: int  # the trial's number: its score noise is stream ``score-noise`` of the tuning seed at this index
+    trial: int  # the trial's number: its score noise is stream ``score-noise`` of ``seed`` at this index
     purpose: str = "tuning-split"  # the stream of the coins
     split_seed: int | None = None  # whose stream the coins come from (None: the tuning seed); studies sharing it
     # hold out the same examples (the leaderboard's tuning seeds, so that their trials train as one batch)

@@ -99,6 +99,17 @@ def test_canaries_leave_the_real_examples_alone():
     assert not torch.equal(canaries.included, Canaries(1000, seed=1).included)
 
 
+def test_the_audit_task_is_named_as_the_task():
+    """Issue 31: a plugin recognized the audit by its task's class name (``DigitsWithCanaries``)."""
+    from dpbench import registry
+
+    base = registry.tasks([])["digits"]
+    audited = Canaries(20, seed=0).task_class(base)
+    assert issubclass(audited, base) and audited is not base
+    assert (audited.__name__, audited.__qualname__, audited.__module__, audited.__doc__) == \
+        (base.__name__, base.__qualname__, base.__module__, base.__doc__)
+
+
 def run_audit(method_name, task, **changes):
     changes.setdefault("overrides", {"epochs": EPOCHS[task]})
     return audit.audit(audit.AuditSpec(method=method_name, task=task, epsilon=1.0, **changes))
@@ -198,9 +209,12 @@ def test_audit_status_and_the_board_mark():
     status = audit.audit_status(records)
     assert status == {("a", "digits"): "passed", ("a", "adult"): "failed"}
     run = {"task": "digits", "code": {"method": {"sha256": "a", "external": True}}}
-    assert audit.board_mark(run, status) == "passed"
-    assert audit.board_mark({**run, "task": "adult"}, status) == "failed"
-    assert audit.board_mark({**run, "code": {"method": {"sha256": "b", "external": True}}}, status) == "unaudited"
+    # an in-process plugin is never more than unverified, whatever its audit; the audit is shown as evidence
+    assert audit.board_mark(run, status) == "unverified: in-process plugin, audit passed"
+    assert audit.board_mark({**run, "isolation": "process"}, status) == "isolated, audit passed"
+    assert audit.board_mark({**run, "task": "adult"}, status) == "unverified: in-process plugin, audit failed"
+    assert audit.board_mark({**run, "code": {"method": {"sha256": "b", "external": True}}}, status) == \
+        "unverified: in-process plugin, unaudited"
     assert audit.board_mark({**run, "code": {"method": {"sha256": "a", "external": False}}}, status) is None
 
 
@@ -212,8 +226,8 @@ def test_a_cheating_plugin_stays_unaudited_until_audited_and_then_fails(mirror, 
             "threat_model"} <= set(record)
     status = audit.audit_status(store.load(kind=None))
     run = {"task": "digits", "code": {"method": record["code"]["method"]}}
-    assert audit.board_mark(run, status) == "failed"
-    assert audit.board_mark({**run, "task": "adult"}, status) == "unaudited"
+    assert audit.board_mark(run, status) == "unverified: in-process plugin, audit failed"
+    assert audit.board_mark({**run, "task": "adult"}, status) == "unverified: in-process plugin, unaudited"
 
 
 @pytest.mark.parametrize("args, message", [
@@ -225,3 +239,82 @@ def test_a_cheating_plugin_stays_unaudited_until_audited_and_then_fails(mirror, 
 ])
 def test_bad_audit_requests_are_refused(refused, args, message):
     assert message in refused("audit", *args)
+
+
+# --- each check of audit.py and canaries.py, on input wrong in that one respect only ----------------------------
+
+def test_each_request_check_alone():
+    def check(**changes):
+        return audit._check(audit.AuditSpec(**{"method": "dpsgd", "task": "digits", **changes}))
+
+    assert check()[0].name == "dpsgd"  # the consistent request
+    for changes, message in [({"threat_model": "grey-box"}, "unknown threat model"),
+                             ({"canaries": audit.MAX_CANARIES + 1}, "canaries must be"),
+                             ({"canaries": 100.0}, "canaries must be"), ({"seed": -1}, "seed")]:
+        with pytest.raises(audit.UsageError, match=message):
+            check(**changes)
+
+
+def test_a_method_that_samples_shuffled_batches_is_refused(tmp_path):
+    (tmp_path / "shuffled.py").write_text(
+        "from dpbench.methods.dpsgd import DPSGD\n\n\nclass Shuffled(DPSGD):\n    name = 'dpsgd_shuffled'\n"
+        "    description = 'DP-SGD on shuffled batches'\n    default_sampler = 'shuffle'\n")
+    with pytest.raises(audit.UsageError, match="add/remove-one"):
+        audit._check(audit.AuditSpec(method="dpsgd_shuffled", task="digits", plugins=[str(tmp_path)]))
+
+
+@pytest.mark.parametrize("canaries, guesses, correct, delta, significance", [
+    (10, 20, 20, 0.0, 0.05),  # more guesses than canaries
+    (100, 20, 21, 0.0, 0.05),  # more right than guessed (without the check, the root search never ends)
+    (100, 20, 20, 1.0, 0.05),  # δ = 1
+    (100, 20, 20, 0.0, 0.0),  # significance 0
+    (100, 20, 20, 0.0, 1.0),  # significance 1
+])
+def test_the_bound_refuses_inconsistent_counts(canaries, guesses, correct, delta, significance):
+    audit.epsilon_lower_bound(100, 20, 20, 0.0, 0.05)  # the consistent input
+    with pytest.raises(ValueError, match="need 0 <= correct"):
+        audit.epsilon_lower_bound(canaries, guesses, correct, delta, significance)
+
+
+def test_too_few_canaries_for_the_smallest_guess():
+    included = np.arange(10) % 2 == 0
+    assert audit.guess_and_bound({"a": included.astype(float)}, included, 0.0)["guesses"] == 10
+    with pytest.raises(ValueError, match="need at least 10 canaries"):
+        audit.guess_and_bound({"a": included[:9].astype(float)}, included[:9], 0.0)
+
+
+def test_a_failed_audit_wins_over_a_later_pass():
+    status = audit.audit_status([fake_audit("a", "digits", False), fake_audit("a", "digits", True)])
+    assert status == {("a", "digits"): "failed"}
+
+
+def test_a_black_box_pass_alone_does_not_count():
+    assert audit.audit_status([fake_audit("a", "digits", True, "black-box")]) == {}
+    assert audit.audit_status([fake_audit("a", "digits", True)]) == {("a", "digits"): "passed"}
+
+
+def _task_and_data(**changes):
+    from types import SimpleNamespace
+
+    from dpbench.task import TaskData
+
+    fields = {"x_train": torch.rand(6, 3), "y_train": torch.tensor([0, 1, 0, 1, 0, 1]), "x_test": torch.rand(4, 3),
+              "y_test": torch.tensor([0, 1, 1, 0]), "data_id": "toy", "preprocessing": "none"}
+    classes = changes.pop("classes", 2)
+    fields.update(changes)
+    return SimpleNamespace(name="toy", classes=classes, model=torch.nn.Linear(3, 1)), TaskData(**fields)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"x_train": torch.rand(6, 3).to_sparse()}, "sparse"),
+    ({"x_train": torch.rand(6, 3, 1)}, "flat float inputs"),
+    ({"x_train": torch.randint(0, 5, (6, 3))}, "flat float inputs"),
+    ({"classes": None}, "classification"),
+    ({"y_train": torch.rand(6)}, "classification"),
+])
+def test_canaries_refuse_each_unsupported_task(changes, message):
+    task, data = _task_and_data()
+    assert Canaries(20, 0).attach(task, data).x_train.shape[1] == 3 + 20  # the consistent task
+    task, data = _task_and_data(**changes)
+    with pytest.raises(audit.UsageError, match=message):
+        Canaries(20, 0).attach(task, data)

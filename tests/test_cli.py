@@ -253,3 +253,61 @@ def test_the_catalog_lists_what_the_registry_registers(tmp_path):
                                      "    class Maybe(DPSGD):\n        name = 'maybe'\n")
     assert catalog.names("method", [unsure]) is None
     assert "maybe" in registry.methods([unsure])
+
+
+# ---- --secret-seed (issue 31, item 2: a record with its seed is a deterministic function of the data) -----------
+
+def revealing(seeds):
+    """The seeds and every stream seed derived from them, as text: none may be written anywhere."""
+    from dpbench import streams
+
+    found = {str(seed) for seed in seeds}
+    for seed in seeds:
+        found |= {str(streams.derive(seed, purpose)) for purpose in streams.PURPOSES}
+        found |= {str(streams.derive(seed, "sampler", epoch)) for epoch in range(3)}
+    return found
+
+
+def written(home):
+    """The bytes of every file under ``home`` (the results store, W&B's files and logs, caches)."""
+    return {path: path.read_bytes() for path in home.rglob("*") if path.is_file()}
+
+
+def test_secret_seed_runs_differ_and_write_their_seed_nowhere(capsys, monkeypatch, isolated_home):
+    from dpbench import streams
+    from tests.test_wandb import logged
+
+    drawn, draw = [], streams.secret_seed
+    monkeypatch.setattr(streams, "secret_seed", lambda: drawn.append(draw()) or drawn[-1])
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    args = ["run", "--method", "dpsgd", "--task", "digits", "--epsilon", "1", "--epochs", "2", "--secret-seed",
+            "--json"]
+    assert main([*args, "--wandb-project", "dpbench-tests"]) == 0
+    first, first_log = capsys.readouterr()
+    assert main([*args, "--no-wandb"]) == 0
+    second, second_log = capsys.readouterr()
+    first, second = json.loads(first), json.loads(second)
+    assert len(set(drawn)) == 2 and first["seed"] == second["seed"] == "secret"
+    assert first["metrics"] != second["metrics"]  # other weights, batches and noise
+    config, _, summary = logged(isolated_home)
+    assert config["seed"] == "secret" and json.loads(summary["dpbench_record"]) == first
+    hidden = revealing(drawn)
+    for text in (first_log, second_log, json.dumps([first, second, config, summary])):
+        assert not [value for value in hidden if value in text]
+    for path, data in written(isolated_home).items():
+        assert not [value for value in hidden if value.encode() in data], path
+    from dpbench import leaderboard_model
+
+    [table] = leaderboard_model.build_tables(store.load())
+    assert [cell.n_seeds for cell in table.cells.values()] == [2]  # two secret seeds are two seeds
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--secret-seed", "--seed", "3"], "not allowed with argument"),
+    (["--secret-seed", "--checkpoint-dir", "ck"], "--secret-seed keeps no checkpoints"),
+    (["--secret-seed", "--method", "output_perturbation"], "does not take --secret-seed"),
+])
+def test_secret_seed_refusals(refused, tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    method = [] if "--method" in args else ["--method", "dpsgd"]
+    assert message in refused("run", *method, "--task", "digits", "--epochs", "1", *args)

@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from dpbench.clipping import CoordinateAffine, VmapClipper
+from dpbench.clipping import CoordinateAffine, VmapClipper, clip_factors
 from dpbench.ghost import GhostClipper, make_clipper, unsupported_layers
 from dpbench.task import Classification
 
@@ -207,3 +207,58 @@ def test_adaclip_transform_never_lets_an_example_contribute_more_than_c(seed):
         worst = max(worst, float(contributions.max()))
         assert torch.all(norms.double() >= exact * (1 - 1e-6))  # an upper bound of the norm, to rounding
     assert worst <= 1.0 + 1e-6
+
+
+def _released_sum(task, x, y, transform, batch_size):
+    """The clipped sum over B, added into float64 zeros (the engine adds it into float32 noise: one rounding of the
+    noisy sum, post-processing)."""
+    into = [torch.zeros_like(p, dtype=torch.float64) for p in task.model.parameters()]
+    sums, _ = GhostClipper().clipped_sum(task, x, y, 1.0, transform, scale=1 / batch_size, into=into)
+    return torch.cat([s.flatten() for s in sums])
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("state", ["identical", "near_duplicates", "large_gradients"])
+def test_adaclip_clipped_sum_moves_by_at_most_c_over_b_when_one_example_changes(state, seed):
+    """Adversarial AdaCliP states, M ≈ G_i and a tiny S (the method's own update drives m to a shared gradient and
+    b to its floor on near-duplicate data): the float32 closed form (Σ c_i G_i − (Σ c_i)·M)/S rounded at
+    ~2⁻²⁴·Σ c_i|G_i|/S and let one example move the released sum (before noise) by up to 2158·C (identical examples)
+    and 431·C (near duplicates); with |G_i|/S = 1e11 the float64 closed form is not enough either (its error is
+    then about 40 times C/B·1e-5), and the sum must come from the materialized examples. Removing an example may move
+    the sum by C/B at most, replacing one by 2C/B (C = 1); the sum must also equal the float64 sum of the
+    materialized c_i (G_i − M)/S."""
+    generator = torch.Generator().manual_seed(seed)
+    batch = 256
+    if state == "identical":  # Linear(64, 1) without bias, m = G₀, b = 1e-8
+        layer = nn.Linear(64, 1, bias=False)
+        x = torch.randn(64, generator=generator).expand(batch + 1, 64).clone()
+        y = torch.full((batch + 1,), 3.0)
+        shift, scale = [(y[0] * x[0])[None, :]], [torch.full((1, 64), 1e-8)]
+    elif state == "large_gradients":  # G_i = x_i within a few float32 steps of base = m, |G_i| ≈ 1e3, b = 1e-8
+        layer = nn.Linear(64, 1, bias=False)
+        base = 1000 * torch.randn(64, generator=generator)
+        x = (base.double() + 1e-4 * torch.randn(batch + 1, 64, generator=generator, dtype=torch.float64)).float()
+        y = torch.ones(batch + 1)
+        shift, scale = [base[None, :]], [torch.full((1, 64), 1e-8)]
+    else:  # with bias: G_i = base + 1e-6·δ_i, ‖δ_i‖ ≈ 1, m = base, b = 1e-6
+        layer = nn.Linear(64, 1)
+        base = 5 * torch.randn(64, generator=generator)
+        delta = torch.randn(batch + 1, 64, generator=generator) / 8
+        x, y = base + 1e-6 * delta, torch.ones(batch + 1)
+        shift, scale = [base[None, :], torch.ones(1)], [torch.full((1, 64), 1e-6), torch.full((1,), 1e-6)]
+    x[batch] = torch.randn(64, generator=generator)  # the replacing example: far from the others
+    task, transform = _Residual(layer), CoordinateAffine(shift, scale)
+    whole = _released_sum(task, x[:batch], y[:batch], transform, batch)
+    removed = _released_sum(task, x[:batch - 1], y[:batch - 1], transform, batch)
+    replaced = _released_sum(task, torch.cat([x[:batch - 1], x[batch:]]), torch.cat([y[:batch - 1], y[batch:]]),
+                             transform, batch)
+    assert float((whole - removed).norm()) <= (1 + 1e-5) / batch
+    assert float((whole - replaced).norm()) <= 2 * (1 + 1e-5) / batch
+    _, norms = GhostClipper().clipped_sum(task, x[:batch], y[:batch], 1.0, transform)
+    factors = clip_factors(norms, 1.0, 1 / batch).double()  # the clipper's own
+    gradients = [y.double()[:batch, None, None] * x.double()[:batch, None, :]]
+    if layer.bias is not None:
+        gradients.append(y.double()[:batch, None])
+    exact = torch.cat([torch.tensordot(factors, (g - m.double()) / s.double(), dims=1).flatten()
+                       for g, m, s in zip(gradients, shift, scale)])
+    assert float((whole - exact).norm()) <= 1e-6 / batch

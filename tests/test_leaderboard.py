@@ -312,16 +312,17 @@ def test_runs_of_different_code_never_share_a_cell_and_plugins_are_marked(capsys
     add_run(0.1, method="mine", code=plugin("b" * 64), seed=1)
     text = markdown(capsys)
     rows = {line.split(" | ")[1]: line for line in text.splitlines() if " | mine " in line}
-    first, second = "mine [external plugin, unaudited] (code aaaaaaaa)", "mine [external plugin, unaudited] (code bbbbbbbb)"
+    first, second = ("mine [external plugin, unverified: in-process plugin, unaudited] (code aaaaaaaa)",
+                     "mine [external plugin, unverified: in-process plugin, unaudited] (code bbbbbbbb)")
     assert set(rows) == {first, second}
     assert "0.9" in rows[first] and "0.1 (n = 1)" in rows[second]
-    # A passing white-box audit of one version marks that version only.
+    # A passing white-box audit of one version marks that version only, as evidence: it stays unverified.
     store.append({"kind": "audit", "run_id": "audit1", "task": "digits", "method": "mine", "passed": True,
                   "threat_model": "white-box", "ledger_version": LEDGER_VERSION, "data_id": "digits",
                   "created_at": "2025-01-01T00:00:00+00:00", "code": plugin("a" * 64)})
     text = markdown(capsys)
-    assert " mine [external plugin, audit passed] (code aaaaaaaa) " in text
-    assert " mine [external plugin, unaudited] (code bbbbbbbb) " in text
+    assert " mine [external plugin, unverified: in-process plugin, audit passed] (code aaaaaaaa) " in text
+    assert " mine [external plugin, unverified: in-process plugin, unaudited] (code bbbbbbbb) " in text
 
 
 def test_check_lists_every_violation_until_each_is_explained(tmp_path, capsys):

@@ -6,7 +6,9 @@ import pytorch_lightning as pl
 import torch
 
 from dpbench import multiseed, registry, store
+from dpbench.clipping import clip_factors
 from dpbench.engine import RunSpec, resolve_hyperparameters, run
+from dpbench.ghost import GhostClipper
 from dpbench.method import stacked
 from dpbench.training import PrivateTraining
 from dpbench.sampling import IndexedTensors, PoissonSampler
@@ -250,3 +252,113 @@ def test_one_release_methods_are_updated_together_and_the_others_step_in_greenle
     multiseed.train([m for m, _, _ in runs], IndexedTensors(data.x_train, data.y_train), [s for _, s, _ in runs],
                     [1, 1])
     assert bool(lockstep) is not together
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("size, divisor", [(4.0, 1e-6), (1000.0, 1e-8)])
+def test_adaclip_clipped_sums_of_batched_and_single_runs_move_by_at_most_c_over_b_per_example(size, divisor, seed):
+    """Near-duplicate examples with AdaCliP's m at their shared gradient and b = 1e-6 (where the method's own
+    update drives them): the float32 closed form (Σ c_i G_i − (Σ c_i)·M)/S let one example move a run's released sum
+    (before noise) by 299·C on the batched path and 431·C on the single-run one (inputs of size 4); with inputs of
+    size 1000 and b = 1e-8 the float64 closed form is not enough either. Three runs in one batch, on D, D
+    without its last example and D with it replaced by another: their sums over B may differ by C/B and 2C/B
+    (C = 1), plus the float32 rounding of each noisy sum (here σ = 0), as on the single-run path."""
+    batch = 256
+    modules = [seeded_run("digits", "adaclip", 0, 0.0, 1, batch_size=batch)[0] for _ in range(3)]
+    task = modules[0].task
+    generator = torch.Generator().manual_seed(seed)
+    base = size * torch.rand(64, generator=generator)
+    x = base + 1e-6 * torch.randn(batch + 1, 64, generator=generator) / 8
+    x[batch] = 16 * torch.rand(64, generator=generator)
+    y = torch.full((batch + 1,), seed + 1)
+    with torch.enable_grad():
+        logits = task(base[None]).detach().requires_grad_(True)
+        g, = torch.autograd.grad(task.per_example_loss(logits, y[:1]).sum(), logits)
+    shift, scale = [g.T * base[None], g[0]], [torch.full((10, 64), divisor), torch.full((10,), divisor)]
+    for module in modules:
+        module.method.mean, module.method.scale = [m.clone() for m in shift], [s.clone() for s in scale]
+    rows = [torch.arange(batch), torch.arange(batch - 1), torch.cat([torch.arange(batch - 1), torch.tensor([batch])])]
+    released = multiseed._releases(modules, IndexedTensors(x, y), x.square().sum(1) + 1, rows,
+                                   torch.ones(3), torch.full((3,), 1 / batch))
+    together = [torch.cat([r[run].flatten() for r in released]).double() for run in range(3)]
+    alone, exact = [], []
+    for chosen in rows:
+        into = [torch.zeros_like(p, dtype=torch.float64) for p in modules[0].params()]
+        sums, norms = GhostClipper().clipped_sum(task, x[chosen], y[chosen], 1.0, modules[0].current_transform(),
+                                                 scale=1 / batch, into=into)
+        alone.append(torch.cat([s.flatten() for s in sums]))
+        logits = task(x[chosen]).detach().requires_grad_(True)  # the float64 sum of materialized (G_i − M)/S
+        with torch.enable_grad():
+            g, = torch.autograd.grad(task.per_example_loss(logits, y[chosen]).sum(), logits)
+        gradients = [g.double()[:, :, None] * x[chosen].double()[:, None, :], g.double()]
+        factors = clip_factors(norms, 1.0, 1 / batch).double()
+        exact.append(torch.cat([torch.tensordot(factors, (G - m.double()) / s.double(), dims=1).flatten()
+                                for G, m, s in zip(gradients, shift, scale)]))
+    for sums, rounding in ((together, 2.0**-24), (alone, 0.0)):
+        slack = [rounding * float(sums[0].norm() + other.norm()) for other in sums]
+        assert float((sums[0] - sums[1]).norm()) <= (1 + 1e-5) / batch + slack[1]
+        assert float((sums[0] - sums[2]).norm()) <= 2 * (1 + 1e-5) / batch + slack[2]
+    for one, many, reference in zip(alone, together, exact):  # the batched sum rounded to float32 (σ = 0)
+        assert float((many - reference).norm()) <= 1e-6 / batch + 2.0**-24 * float(reference.norm())
+        assert float((one - reference).norm()) <= 1e-6 / batch
+
+
+def batch_spec(**changes):
+    return replace(RunSpec(method="dpsgd", task="digits", epsilon=1.0, overrides={"epochs": 1}, progress_bar=False,
+                           no_wandb=True, append_to_store=False), **changes)
+
+
+@pytest.mark.parametrize("other, message", [
+    ({"method": "dpadam"}, "share the method and the task"),
+    ({"task": "breast_cancer"}, "share the method and the task"),
+    ({"clipping": "reference"}, "only the fast clipping path"),
+    ({"overrides": {"epochs": 1, "bias": False}}, "models differ"),  # a model without bias: its sum was dropped
+])
+def test_batched_runs_that_differ_in_one_respect_are_refused(other, message):
+    """Runs that differ from the first in one respect only (and in the seed): not trained together."""
+    with pytest.raises(multiseed.NotBatchable, match=message):
+        multiseed.run_batch([batch_spec(), batch_spec(seed=1, **other)])
+
+
+def test_release_methods_are_not_batched():
+    specs = [batch_spec(method="output_perturbation", overrides={}, seed=seed) for seed in (0, 1)]
+    with pytest.raises(multiseed.NotBatchable, match="releases through dpbench.release"):
+        multiseed.run_batch(specs)
+
+
+@pytest.mark.parametrize("part", ["inputs", "labels"])
+def test_runs_whose_training_data_differ_are_not_batched(monkeypatch, part):
+    """A task whose training inputs, or only its labels, depend on the run seed: two seeds' runs have different data
+    (batched, both trained on the first run's; the labels were not compared)."""
+    digits = TASKS["digits"]
+    loaded = digits.load_data
+
+    def seeded(self):  # the global generator is on the run seed's data stream here (Task.prepare)
+        data = loaded()
+        if part == "labels":
+            return replace(data, y_train=data.y_train[torch.randperm(len(data.y_train))])
+        return replace(data, x_train=data.x_train + 0.01 * torch.randn_like(data.x_train))
+
+    monkeypatch.setattr(digits, "load_data", seeded)
+    with pytest.raises(multiseed.NotBatchable, match="training data differ"):
+        multiseed.run_batch([batch_spec(), batch_spec(seed=1)])
+
+
+def test_sparse_inputs_are_not_batched():
+    module = module_for("dpsgd")
+    module.task.data = replace(module.task.data, x_train=module.task.data.x_train.to_sparse())
+    with pytest.raises(multiseed.NotBatchable, match="sparse inputs"):
+        multiseed.check_batchable(module)
+
+
+@pytest.mark.parametrize("methods, message", [
+    ((Squashed, Squashed), "became other than coordinate-wise affine"),  # a transform changed during training
+    (("dpsgd", "adaclip"), "some runs transform"),
+])
+def test_a_step_whose_transforms_the_closed_form_does_not_cover_is_refused(methods, message):
+    modules = [module_for(method) for method in methods]
+    data = modules[0].task.data
+    examples = IndexedTensors(data.x_train, data.y_train)
+    with pytest.raises(multiseed.NotBatchable, match=message):
+        multiseed._releases(modules, examples, data.x_train.square().sum(1) + 1, [torch.arange(8)] * 2,
+                            torch.ones(2), torch.full((2,), 1 / 64))

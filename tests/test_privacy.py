@@ -7,6 +7,9 @@ import dp_accounting
 import numpy as np
 import pytest
 from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
+from scipy.fft import irfft, next_fast_len, rfft
+from scipy.optimize import brentq
+from scipy.special import gammaln, logsumexp
 from scipy.stats import norm
 
 from dpbench import privacy
@@ -132,3 +135,105 @@ def test_the_per_epoch_log_composes_incrementally_to_the_whole_runs_rdp_figure(s
             expected = dp_accounting.rdp.compute_epsilon(orders, curve, 1e-6)[0]
         assert log(count) == pytest.approx(expected, rel=1e-9), count
     assert privacy.epsilon_log(dataclasses.replace(template, preceded_by=()), 1e-6)(0) == 0.0
+
+
+# ---- every (sampler, relation, accountant) the CLI accepts, against computations written out here ----------------
+
+def rdp_to_epsilon(orders, rdp, delta):
+    """RDP → (ε, δ) by the conversion dp-accounting uses (Canonne et al. 2020, Proposition 12; Asoodeh et al. 2020,
+    Eq. 20): min over α of ρ(α) + log(1 − 1/α) − log(δα)/(α − 1)."""
+    orders, rdp = np.asarray(orders, dtype=np.float64), np.asarray(rdp, dtype=np.float64)
+    return float(np.min(rdp + np.log1p(-1 / orders) - np.log(delta * orders) / (orders - 1)))
+
+
+def poisson_gaussian_rdp(q, sigma, order):
+    """RDP at integer order α of the Poisson-subsampled Gaussian under add/remove (Mironov, Talwar & Zhang 2019,
+    the binomial expansion of A_α for integer α): log Σ_k C(α, k)(1 − q)^(α−k) q^k exp((k² − k)/(2σ²)) / (α − 1)."""
+    k = np.arange(order + 1)
+    terms = (gammaln(order + 1) - gammaln(k + 1) - gammaln(order - k + 1) + (order - k) * np.log1p(-q)
+             + k * np.log(q) + (k * k - k) / (2 * sigma**2))
+    return logsumexp(terms) / (order - 1)
+
+
+def numeric_pld_epsilon(q, sigma, count, delta, relation, interval=1e-4):
+    """ε at δ of ``count`` compositions of the Poisson-subsampled Gaussian, brute force: the privacy loss
+    L = log P(x)/Q(x) on a fine grid of x ~ P, rounded up to multiples of ``interval`` (pessimistic), composed by
+    one FFT, δ(ε) = E[(1 − e^(ε − L))₊], solved for ε. Add/remove: both directions, P = (1 − q)N(0, σ²) + qN(1, σ²)
+    against Q = N(0, σ²) and back; replace-one: P = (1 − q)N(0, σ²) + qN(1, σ²) against (1 − q)N(0, σ²) + qN(−1, σ²)
+    (symmetric: one direction)."""
+    edges = np.linspace(-1 - 12 * sigma, 1 + 12 * sigma, 200_001)
+    x = (edges[1:] + edges[:-1]) / 2
+
+    def mixture(shift):
+        return (1 - q) * np.diff(norm.cdf(edges / sigma)) + q * np.diff(norm.cdf((edges - shift) / sigma))
+
+    def log_ratio(shift):  # log of the mixture's density over N(0, σ²)'s
+        return np.logaddexp(np.log1p(-q), np.log(q) + (2 * shift * x - 1) / (2 * sigma**2))
+
+    if relation == "replace-one":
+        directions = [(mixture(1.0), log_ratio(1.0) - log_ratio(-1.0))]
+    else:
+        directions = [(mixture(1.0), log_ratio(1.0)), (np.diff(norm.cdf(edges / sigma)), -log_ratio(1.0))]
+    epsilons = []
+    for mass, loss in directions:
+        index = np.ceil(loss / interval).astype(np.int64)
+        low = index.min()
+        pmf = np.bincount(index - low, weights=mass)
+        size = count * (len(pmf) - 1) + 1
+        length = next_fast_len(size, real=True)
+        composed = np.clip(irfft(rfft(pmf, length) ** count, length)[:size], 0, None)
+        losses = (count * low + np.arange(size)) * interval
+        missing = max(0.0, 1 - mass.sum()) * count  # outside the grid: counted as infinite loss
+
+        def delta_at(eps):
+            above = losses > eps
+            return float(composed[above] @ -np.expm1(eps - losses[above])) + missing
+
+        epsilons.append(brentq(lambda eps: delta_at(eps) - delta, 0, losses[-1]))
+    return max(epsilons)
+
+
+def exact_gaussian_epsilon(mu, delta):
+    """ε at δ of the Gaussian mechanism with Δ/σ = μ (Balle & Wang 2018, Theorem 8)."""
+    return brentq(lambda eps: analytic_gaussian_delta(eps, mu) - delta, 0, 100)
+
+
+COMBINATIONS = [(sampler, relation, accountant) for sampler in ("poisson", "shuffle")
+                for relation in ("add-remove", "replace-one") for accountant in ("pld", "rdp")]
+REFUSED = {("poisson", "replace-one", "rdp"): "no replace-one analysis of Poisson subsampling",
+           ("shuffle", "add-remove", "pld"): "replace-one neighbours only",
+           ("shuffle", "add-remove", "rdp"): "replace-one neighbours only"}
+
+
+@pytest.mark.parametrize("sampler, relation, accountant", COMBINATIONS)
+def test_every_sampler_relation_and_accountant_the_cli_accepts_matches_an_independent_computation(
+        capsys, refused, sampler, relation, accountant):
+    """A DP-SGD run calibrated to ε = 1 over 3 epochs of breast_cancer: its σ, q and noisy-gradient count, put
+    through a computation written here (not dpbench.privacy, not dp-accounting's accountants), must give the
+    record's ε and at most the target. Shuffled batches: one Gaussian of sensitivity 2C per epoch under replace-one,
+    i.e. RDP 3·α·2²/(2σ²) and, exactly, a Gaussian with μ = 2√3/σ; Poisson: Mironov et al.'s integer-order RDP and a
+    brute-force PLD. The combinations without an analysis here are refused."""
+    args = ["run", "--method", "dpsgd", "--task", "breast_cancer", "--epsilon", "1", "--epochs", "3",
+            "--sampler", sampler, "--neighbouring", relation, "--accountant", accountant]
+    if (sampler, relation, accountant) in REFUSED:
+        assert REFUSED[sampler, relation, accountant] in refused(*args)
+        return
+    assert main([*args, "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert (record["sampler"], record["neighbouring"], record["accountant"]) == (sampler, relation, accountant)
+    sigma, q, count, delta = (record["noise_multiplier"], record["sample_rate"], record["gradient_evaluations"],
+                              record["delta"])
+    orders = np.asarray(dp_accounting.rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
+    if sampler == "shuffle" and accountant == "rdp":
+        independent, tolerance = rdp_to_epsilon(orders, 3 * orders * 2**2 / (2 * sigma**2), delta), 1e-9
+    elif sampler == "shuffle":  # PLD: pessimistic, within its discretization of the exact value
+        independent, tolerance = exact_gaussian_epsilon(2 * math.sqrt(3) / sigma, delta), 1e-3
+    elif accountant == "rdp":  # integer orders only: the record's fractional orders can only do better, a little
+        integers = orders[orders == np.round(orders)].astype(int)
+        independent = rdp_to_epsilon(integers, [count * poisson_gaussian_rdp(q, sigma, a) for a in integers], delta)
+        tolerance = 0.02
+        assert record["epsilon"] <= independent * (1 + 1e-9)
+    else:
+        independent, tolerance = numeric_pld_epsilon(q, sigma, count, delta, relation), 5e-3
+    assert record["epsilon"] == pytest.approx(independent, rel=tolerance)
+    assert record["epsilon"] <= 1 and independent <= 1 + tolerance

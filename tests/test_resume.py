@@ -282,6 +282,22 @@ def test_bad_checkpoint_folders_are_refused(finished_run, tmp_path, refused, how
     assert message in refused("run", *args, *extra)
 
 
+@pytest.mark.parametrize("entry, change", [("releases", -1), ("sampled", -7), ("steps", -1)])
+def test_a_checkpoint_with_an_edited_ledger_is_refused(finished_run, refused, entry, change):
+    """Issue 31, item 4: the ledger must be what the checkpoint's position implies (steps: Lightning's progress;
+    releases: k per step; sampled: the sampler's batches of those steps), or the resumed record charges less."""
+    args, folder, record = finished_run
+    (folder / checkpoint.RECORD).unlink()
+    saved = checkpoint.load(folder / checkpoint.CHECKPOINT)
+    ledger = saved["dpbench"]["ledger"]
+    assert ledger["releases"] == ledger["steps"] == record["gradient_evaluations"]
+    ledger[entry] += change
+    torch.save(saved, folder / checkpoint.CHECKPOINT)
+    store.default_path().unlink()  # `refused` checks that no store is written
+    message = refused("run", *args, "--resume", str(folder))
+    assert "has a ledger its position does not imply" in message and f"{entry} {ledger[entry]}, not " in message
+
+
 def test_a_method_whose_state_cannot_be_captured_is_refused_before_training(tmp_path, refused):
     (tmp_path / "opaque.py").write_text(textwrap.dedent('''
         import collections

@@ -99,3 +99,34 @@ def test_bad_grids_are_refused(refused, tmp_path, grid, message):
     path = tmp_path / "grid.json"
     path.write_text(json.dumps(grid))
     assert message in refused("sweep", str(path))
+
+
+def test_random_stopping_cells_run_one_study_per_seed_each_with_its_own_secret(capsys):
+    """Issue 31: the board's studies no longer draw K from their (public) seed. A cell still runs one study per
+    seed, named after its seed and settings, whose record has that seed; each study has its own secret and id; the
+    board groups them into one cell, and a second sweep finds them stored."""
+    import optuna
+
+    from dpbench import leaderboard_model, tuning
+
+    grid = {"tasks": ["breast_cancer"], "methods": ["dpsgd"], "epsilons": [1.0], "seeds": 3,
+            "tracks": ["random-stopping"], "trials": 2}
+    assert run_grid(grid, progress=False) == {"ran": 3, "already stored": 0, "refused": 0}
+    released = store.load()
+    assert sorted(r["seed"] for r in released) == [0, 1, 2]
+    assert all(f"-seed{r['seed']}-" in r["tuning"]["study"] for r in released)
+    assert len({r["tuning"]["study_id"] for r in released}) == 3
+    storage = optuna.storages.RDBStorage(tuning.default_storage())
+    studies = [optuna.load_study(study_name=r["tuning"]["study"], storage=storage) for r in released]
+    assert len({tuning.study_secret(study) for study in studies}) == 3
+    [table] = leaderboard_model.build_tables(released)
+    assert [cell.n_seeds for cell in table.cells.values()] == [3]
+    assert run_grid(grid, progress=False) == {"ran": 0, "already stored": 3, "refused": 0}
+    # A record of the tuning that drew K from the public seed (its config without "coins") is not a stored run of
+    # this one: a sweep over an old store reruns the study instead of keeping a record whose K can be recomputed.
+    from dpbench import engine
+
+    old = json.loads(json.dumps(released[0]))
+    del old["tuning"]["config"]["coins"]
+    [cell] = sweep.cells(grid)
+    assert sweep.identity(cell) == engine.identity(released[0]) != engine.identity(old)

@@ -1,5 +1,6 @@
 """``dpbench tune``: the distribution of K, the accounting, the validation split and score, the study ledger, the
 released record, oracle labelling and refusals. The two-worker PostgreSQL run is in ``test_tuning_postgres.py``."""
+import itertools
 import json
 import math
 import textwrap
@@ -7,11 +8,13 @@ import textwrap
 import dp_accounting
 import optuna
 import pytest
+import torch
 from dp_accounting import rdp
 
-from dpbench import engine, leaderboard, store, tuning
+from dpbench import engine, leaderboard, store, streams, tuning
 from dpbench.privacy import GaussianReleases
 from dpbench.cli import main
+from dpbench.tuning_plan import MAX_TRIALS
 
 FAST = ["--epochs", "2", "--trials", "3", "--no-wandb"]  # a few seconds per study on digits
 
@@ -211,13 +214,123 @@ def test_the_release_reveals_neither_k_nor_the_other_trials(capsys):
     assert tuned["k_distribution"]["mean"] == 3.0 and record["seed"] == 3
     text = json.dumps(record)
     assert not [t.number for t in study.get_trials() if str(t.user_attrs["record"]["seed"]) in text]  # nor their seeds
+    assert str(tuning.study_secret(study)) not in text and tuned["study_id"] == study.user_attrs["study_id"]
     assert k >= 1
 
 
-def test_studies_tuned_together_release_nothing_of_their_batch():
+def recomputed_draws(seed, record, count=MAX_TRIALS):
+    """The hyperparameter draws of trials 0, 1, ... of a study whose coins come from ``seed`` (the attack)."""
+    found = tuning.search.distributions(record["tuning"]["search_space"])
+    study = optuna.create_study(direction="maximize")
+    draws = []
+    for number in range(count):
+        study.sampler = optuna.samplers.RandomSampler(seed=streams.derive(seed, "tuning-search", number) % 2**32)
+        draws.append(study.ask(found).params)
+    return draws
+
+
+def test_k_and_the_winner_cannot_be_recomputed_from_the_released_record(capsys):
+    """The attack on the committed board (issue 31): K was draw_k(k_distribution, seed) and trial k's draw came from
+    the seed's ``tuning-search`` stream at k, both public, so every random-stopping record gave away K and which
+    trial won. Now they come from the study's secret (storage only): the same computation from the record finds
+    neither, while from the secret it finds both (so the attack is the right one)."""
+    record = tune_json(capsys, "--method", "dpsgd", "--task", "digits", "--epsilon", "1", *FAST, "--seed", "2")
+    study, selected = study_of(record), record["tuning"]["selected_params"]
+    secret, k = tuning.study_secret(study), study.user_attrs["k"]
+    assert tuning.draw_k(record["tuning"]["k_distribution"], secret) == k
+    from_secret = recomputed_draws(secret, record, k)
+    assert selected in from_secret and from_secret == [t.params for t in study.get_trials()]
+    assert selected not in recomputed_draws(record["seed"], record)
+
+
+def test_every_study_draws_its_own_secret(tmp_path):
+    """Two studies of the same public settings (other names) draw other secrets, K from each."""
+    spec = tuning.TuneSpec(method="dpsgd", task="digits", epsilon=1.0, trials=3, overrides={"epochs": 1})
+    plan_ = tuning.plan(spec)
+    storage = tuning._storage(f"sqlite:///{tmp_path / 'studies.sqlite'}", 10)
+    studies = [tuning.open_study(plan_, storage, f"secret-{i}") for i in range(2)]
+    assert len({tuning.study_secret(study) for study in studies}) == 2
+    assert all(len(study.get_trials()) == study.user_attrs["k"] for study in studies)
+
+
+def test_a_secret_seed_study_writes_its_seed_nowhere_but_in_its_storage(capsys, isolated_home):
+    """``dpbench tune --secret-seed``: the split's seed too from the OS's entropy; the record says "secret", and the
+    seed and the study's secret are in the study storage only. A worker joining the study takes its seed."""
+    args = ["--method", "dpsgd", "--task", "digits", "--epsilon", "1", *FAST, "--secret-seed"]
+    record = tune_json(capsys, *args)
+    study = study_of(record)
+    seed, secret = study.user_attrs["dpbench_config"]["seed"], tuning.study_secret(study)
+    assert record["seed"] == "secret" and record["tuning"]["validation"]["seed"] == "secret"
+    assert record["tuning"]["config"]["split_seed"] is None
+    for path in isolated_home.rglob("*"):
+        if path.is_file() and not path.name.startswith("tuning.sqlite"):
+            assert str(seed).encode() not in path.read_bytes() and str(secret).encode() not in path.read_bytes(), path
+    assert tune_json(capsys, *args, "--study", record["tuning"]["study"]) == record
+    assert tune_json(capsys, *args)["tuning"]["study"] != record["tuning"]["study"]  # a new study by default
+
+
+# ---- the independence of a study's trials (Papernot & Steinke: K i.i.d. runs of one mechanism) -------------------
+
+class _Constant(torch.nn.Module):
+    """Predicts wrong on everything: a score is then its noise alone."""
+
+    def forward(self, x):
+        return x
+
+    def per_example_metrics(self, outputs, y):
+        return {"accuracy": torch.zeros(len(y))}
+
+
+def trial_coins(plan_, secret, number):
+    """What trial ``number`` of a study with this secret draws, each from the code that draws it for the trial: its
+    run seed, its hyperparameters, its first Poisson batch, and the noise on its validation score."""
+    study = optuna.create_study(direction="maximize", sampler=tuning._sampler(plan_, secret, number))
+    params = study.ask(plan_.distributions).params
+    spec = tuning._trial_run_spec(plan_, params, number, secret)
+    (batch,) = next(iter(engine.plan(spec, calibrate=False).sampler))  # one release per step
+    fraction, n = spec.validation.fraction, 1000
+    score = spec.validation.score(_Constant(), (torch.zeros(4, 1), torch.zeros(4), n))["noisy_accuracy"]
+    return {"run seed": spec.seed, "search draw": tuple(sorted(params.items())),
+            "batches": tuple(batch.tolist()),
+            "score noise": score * fraction * n / spec.validation.noise_multiplier}
+
+
+def shared_coins(coins):
+    """The coins that two trials share (none, for independent trials)."""
+    return {key for a, b in itertools.combinations(coins, 2) for key in a if a[key] == b[key]}
+
+
+@pytest.fixture(scope="module")
+def random_stopping_plan():
+    return tuning.plan(tuning.TuneSpec(method="dpsgd", task="digits", epsilon=1.0, trials=3,
+                                       overrides={"epochs": 1}))
+
+
+def test_trials_draw_independent_seeds_hyperparameters_batches_and_score_noise(random_stopping_plan):
+    """Every coin of a trial comes from the study's secret at the trial's number: no two trials of a study, nor
+    trial 0 of two studies, share one."""
+    coins = [trial_coins(random_stopping_plan, 7, number) for number in range(4)]
+    coins.append(trial_coins(random_stopping_plan, 8, 0))
+    assert shared_coins(coins) == set()
+
+
+@pytest.mark.parametrize("coin", ["run seed", "search draw", "batches", "score noise"])
+def test_the_independence_check_fails_on_trials_sharing_one_coin(random_stopping_plan, coin):
+    """The check above, given trials that are independent but for one coin (trial 1 given trial 0's), fails on
+    exactly that coin."""
+    coins = [trial_coins(random_stopping_plan, 7, number) for number in range(3)]
+    coins[1] = {**coins[1], coin: coins[0][coin]}
+    assert shared_coins(coins) == {coin}
+
+
+def test_studies_tuned_together_release_nothing_of_their_batch(monkeypatch):
     """The leaderboard tunes a cell's five tuning seeds together (tune_together), their trials trained as one batch:
     the selected trial's record said how many trials trained with it (the sum of the studies' K) and the batch's
-    time per run. The release keeps neither; it equals the release of the study tuned alone, but for that."""
+    time per run. The release keeps neither; it equals the release of the study tuned alone (with the same study
+    secret), but for that."""
+    secrets = iter([11, 12, 13, 11])  # the studies' secrets, in the order they are created
+    monkeypatch.setattr(streams, "secret_seed", lambda: next(secrets))
+
     def specs(seeds):
         return [tuning.TuneSpec(method="dpsgd", task="digits", epsilon=1.0, trials=3, seed=seed, split_seed=0,
                                 overrides={"epochs": 2}, study=f"together-{seeds}-{seed}", no_wandb=True)
