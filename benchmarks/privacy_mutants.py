@@ -259,7 +259,7 @@ MUTANTS = [
            "error bound", "dpbench/verify.py", "    if recorded < spent and spent - recorded > error():",
            "    if recorded < spent and spent - recorded > 10 * error():", first="tests/test_verify.py"),
     Mutant("verify-rerun-metrics-only", "verify", "--rerun compares only the metrics (a restated ε passes)",
-           "dpbench/verify.py", "differences = _differences(again, {**ran_in, **record},",
+           "dpbench/verify.py", "differences = _differences(_without_hashes(again), _without_hashes({**ran_in, **record}),",
            'differences = _differences(again["metrics"], record["metrics"], 0.0) if True else _differences(again, '
            '{**ran_in, **record},',
            first="tests/test_verify.py"),
@@ -297,6 +297,26 @@ MUTANTS = [
     Mutant("tuning-old-coins-stored", "tuning", "records of the tuning whose K followed from its public seed count "
            "as stored runs of the fixed one (a sweep over an old store keeps them)", "dpbench/tuning.py",
            '"coins": "study secret", ', "", first="tests/test_sweep.py"),
+    Mutant("tuning-failure-says-k", "tuning", "the refusal of a study whose every trial failed says how many ran",
+           "dpbench/tuning.py", 'f"every trial of study {study.study_name} failed', 'f"all {k} trials of study '
+           '{study.study_name} failed', first="tests/test_tuning.py"),
+    Mutant("verify-k-distribution-unchecked", "verify", "a tuned record's charged K distribution may differ from "
+           "its config's (a forged mean 1.0001 instead of 8 passed)", "dpbench/verify.py",
+           'for key in ("k_distribution", "trials"):', "for key in ():", first="tests/test_verify.py"),
+    Mutant("verify-amp-classifier-dropped", "verify", "an AMP record missing one classifier's parts, re-summed, "
+           "passes", "dpbench/verify.py", 'f"{what} epsilon (ε1 of ε/K)")', 'f"{what} epsilon (ε1 of ε/K)") if False '
+           'else None', first="tests/test_verify.py"),
+    Mutant("verify-amp-tail-unchecked", "verify", "an AMP record whose b1 fails the proof's tail bound passes",
+           "dpbench/verify.py", "> entry[\"delta\"] * (1 + TOLERANCE):", "> math.inf:", first="tests/test_verify.py"),
+    Mutant("verify-rerun-ignores-code", "verify", "a rerun does not compare which code ran (a plugin record "
+           "relabelled built-in passes)", "dpbench/verify.py", 'if k != "sha256"}', 'if k == "name"}',
+           first="tests/test_verify.py"),
+    Mutant("resume-rewound-noise", "checkpoints", "a resumed run takes its checkpoint's noise counter unchecked (a "
+           "rewound counter repeats earlier releases' noise)", "dpbench/checkpoint.py",
+           'if noise_state["counter"] != drawn:', "if False:", first="tests/test_resume.py"),
+    Mutant("isolation-trusts-module-name", "isolation", "an isolated plugin naming its module dpbench.methods.x is "
+           "recorded as a built-in method", "dpbench/isolation.py", '"external": True,',
+           '"external": not facts["file"].endswith("sneaky.py"),', first="tests/test_isolation.py"),
     # issue 31: the privacy cache
     Mutant("cache-outlives-code", "accounting", "the privacy cache's key no longer covers the accounting code, so a "
            "fixed ε is still served from values the old code stored", "dpbench/cache.py",

@@ -256,6 +256,15 @@ def check_ledger(planned, saved: dict[str, Any], folder: Path) -> None:
                "sampled": _sampled(planned.sampler, processed) if private else 0}
     differing = [f"{key} {ledger.get(key)!r}, not {value!r}" for key, value in implied.items()
                  if ledger.get(key) != value]
+    # The noise stream's position: a rewound counter would add the same noise again, which two releases' difference
+    # cancels. Philox draws ⌈numel/4⌉ counter values per parameter a release (dpbench.noise); PyTorch's generator
+    # state is opaque and is not checked here.
+    noise_state = saved["dpbench"].get("noise") or {}
+    if private and "counter" in noise_state:
+        per_release = sum(-(-p.numel() // 4) for p in planned.task.parameters() if p.requires_grad)
+        drawn = implied["releases"] * per_release if planned.record["noise_multiplier"] else 0
+        if noise_state["counter"] != drawn:
+            differing.append(f"noise counter {noise_state['counter']!r}, not {drawn!r}")
     if differing:
         raise UsageError(f"the checkpoint in {folder} has a ledger its position does not imply "
                          f"({'; '.join(differing)}): it cannot be resumed")

@@ -396,12 +396,12 @@ def released_record(plan_: Plan, study: optuna.Study, storage_url: str) -> dict[
     trials = study.get_trials(deepcopy=False)
     k = study.user_attrs["k"]
     if len(trials) != k or any(not t.state.is_finished() for t in trials):
-        raise RuntimeError(f"study {study.study_name}: {len(trials)} trials for K = {k}, or some not finished")
+        raise RuntimeError(f"study {study.study_name}: trials missing or not finished")  # K is never printed
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     if k == 0:
         raise TuningError(f"study {study.study_name} drew K = 0 trials (Poisson): nothing trained, nothing released")
     if not complete:
-        raise TuningError(f"all {k} trials of study {study.study_name} failed: nothing released; the budget is spent")
+        raise TuningError(f"every trial of study {study.study_name} failed: nothing released; the budget is spent")
     best = max(complete, key=lambda t: (t.value, -t.number))
     record = dict(best.user_attrs["record"])
     # Not released: the trial's own time stamps and score, and how it was trained with the other trials: trials run

@@ -362,6 +362,10 @@ def _check_tuned(record: dict[str, Any]) -> None:
     trial = _trial_rdp(record, tuned, orders)
     per_trial = float(rdp.compute_epsilon(orders, trial, tuned["per_trial_delta"])[0])
     _at_least(per_trial, tuned["per_trial_epsilon"], "tuning.per_trial_epsilon", _rdp_error(per_trial))
+    for key in ("k_distribution", "trials"):  # the mechanism charged is the one the board groups by
+        if (tuned.get("config") or {}).get(key) != tuned.get(key):
+            raise Mismatch(f"tuning.{key} is {tuned.get(key)!r} but tuning.config.{key} is "
+                           f"{(tuned.get('config') or {}).get(key)!r}")
     if "k_distribution" in tuned:
         distribution = tuned["k_distribution"]
         shape = math.inf if distribution["name"] == "poisson" else float(distribution["eta"])
@@ -381,6 +385,27 @@ def _amp_noise_fraction(record: dict[str, Any], epsilon_k: float) -> float:
         fraction = min(0.88671 + 0.0186607 / epsilon_k**0.372906, 0.99)
         return max(fraction, 1 - 1 / epsilon_k + 0.001)
     return record["hyperparameters"]["noise_fraction"]
+
+
+def _amp_out_fraction(record: dict[str, Any]) -> float:
+    return 0.01 if record["method"] == "amp_nt" else record["hyperparameters"]["out_fraction"]
+
+
+def _amp_classifiers(record: dict[str, Any]) -> None:
+    """AMP's ledger: one objective and one output part per classifier, labelled 0…K−1 (one-vs-all) or unlabelled
+    (K = 1), each classifier's budget ε/K (checked per part by the caller)."""
+    parts = {"objective perturbation b1": [], "output noise b2": []}
+    for entry in record["privacy_ledger"]:
+        head, _, suffix = entry["what"].partition(", classifier ")
+        if head not in parts:
+            raise Mismatch(f"an AMP ledger part {entry['what']!r} verify does not know")
+        parts[head].append(suffix)
+    objective, output = parts.values()
+    count = len(objective)
+    labels = [""] if count == 1 else [f"{k} (one-vs-all)" for k in range(count)]
+    if objective != labels or output != labels:
+        raise Mismatch(f"AMP's ledger holds {objective} objective and {output} output parts: not one of each per "
+                       f"classifier")
 
 
 def _check_output_sensitivities(record: dict[str, Any]) -> None:
@@ -406,6 +431,8 @@ def _check_release(record: dict[str, Any]) -> None:
         raise Mismatch(f"spent ε {record['epsilon']} exceeds the target {record['epsilon_target']}")
     hp, n = record["hyperparameters"], record["n_train"]
     objective = [entry for entry in ledger if entry["what"].startswith("objective perturbation")]
+    if record["method"] in ("amp", "amp_nt"):
+        _amp_classifiers(record)
     _check_output_sensitivities(record)
     for index, entry in enumerate(ledger):
         what = f"privacy_ledger[{index}] ({entry['what']})"
@@ -416,11 +443,17 @@ def _check_release(record: dict[str, Any]) -> None:
         elif entry in objective and record["method"] in ("amp", "amp_nt"):
             lipschitz = 1.0 if record["method"] == "amp_nt" else hp["input_norm"]
             _close(2 * lipschitz / n, entry["sensitivity"], f"{what} sensitivity 2L/n")
-            epsilon_noise = _amp_noise_fraction(record, record["epsilon_target"] / len(objective)) * entry["epsilon"]
+            epsilon_k = record["epsilon_target"] / len(objective)
+            _close((1 - _amp_out_fraction(record)) * epsilon_k, entry["epsilon"], f"{what} epsilon (ε1 of ε/K)")
+            epsilon_noise = _amp_noise_fraction(record, epsilon_k) * entry["epsilon"]
             needed = entry["sensitivity"] * (1 + math.sqrt(2 * math.log(1 / entry["delta"]))) / epsilon_noise
             if entry["noise_std"] < needed * (1 - TOLERANCE):
                 raise Mismatch(f"{what}: noise std {entry['noise_std']:.6g} is below the {needed:.6g} that "
                                f"AMP's theorem needs for ε1 = {entry['epsilon']}")
+            mu = entry["sensitivity"] / entry["noise_std"]  # the proof's tail bound (dpbench.release.AMPCalibration)
+            if 0.5 * math.erfc((epsilon_noise / mu - mu / 2) / math.sqrt(2)) > entry["delta"] * (1 + TOLERANCE):
+                raise Mismatch(f"{what}: b1's privacy loss exceeds ε3 = {epsilon_noise:.6g} with probability above "
+                               f"δ1 = {entry['delta']:.6g}")
         else:
             raise Mismatch(f"{what} is a release verify cannot recompute")
 
@@ -494,8 +527,16 @@ def _restored_threads(threads: int):
 
 
 #: What a rerun's record may differ in: when, where, by which commit and libraries and how fast it ran, its hash.
-#: The code's hashes too: a rerun at a later commit reproduces the record if everything else is equal.
-UNCOMPARED = ("run_id", "created_at", "train_seconds", "git_commit", "versions", "wandb_run", "code")
+#: The code is compared without its file hashes (:func:`_without_hashes`): a later commit may reproduce the record.
+UNCOMPARED = ("run_id", "created_at", "train_seconds", "git_commit", "versions", "wandb_run")
+
+
+def _without_hashes(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with its code's file hashes left out (a later commit may reproduce it); which code it names, and
+    whether that is an external plugin, stay compared."""
+    code = {part: {k: v for k, v in (found or {}).items() if k != "sha256"}
+            for part, found in (record.get("code") or {}).items()}
+    return {**record, "code": code}
 
 
 def _epsilon_error(record: dict[str, Any]) -> float:
@@ -565,7 +606,7 @@ def rerun(records: list[dict[str, Any]], count: int, seed: int = 0) -> list[str]
             try:
                 # Gradient runs recorded before they could be isolated (dpbench.isolation) ran in process.
                 ran_in = {"isolation": "in-process"} if "isolation" in again else {}
-                differences = _differences(again, {**ran_in, **record},
+                differences = _differences(_without_hashes(again), _without_hashes({**ran_in, **record}),
                                            _epsilon_error(record) if record.get("private") else 0.0)
             except (Mismatch, KeyError, TypeError, ValueError, ZeroDivisionError) as error:  # check() says why
                 differences = [f"ε not recomputable ({type(error).__name__}: {error})"]

@@ -89,3 +89,21 @@ def test_a_method_that_changes_the_clip_is_refused_isolated(tmp_path):
 def test_a_crashing_isolated_method_is_reported():
     with pytest.raises(RuntimeError, match="no training module on the stack"):
         run("cheat_stack_walker", isolate=True, overrides={"epochs": 1})
+
+
+def test_a_plugin_naming_its_module_as_a_built_ins_is_still_an_external_plugin(tmp_path):
+    """The review's masquerade: a plugin file that sets ``__name__ = "dpbench.methods.sneaky"`` was recorded as
+    built-in (no plugin mark on the board). A method described by the isolated process is a plugin, whatever it
+    says of itself."""
+    from dpbench import isolation
+
+    (tmp_path / "sneaky.py").write_text(
+        "import sys\n_real = __name__\n"
+        '__name__ = "dpbench.methods.sneaky"\n'
+        "sys.modules[__name__] = sys.modules[_real]\n"
+        "from dpbench.methods.dpsgd import DPSGD\n\n\n"
+        "class Sneaky(DPSGD):\n"
+        '    name = "sneaky"\n'
+        '    description = "DP-SGD calling itself built-in (test plugin)"\n')
+    method = isolation.describe("sneaky", [tmp_path])
+    assert method.code["external"] is True and isolation.code_of(method)["external"] is True

@@ -298,6 +298,21 @@ def test_a_checkpoint_with_an_edited_ledger_is_refused(finished_run, refused, en
     assert "has a ledger its position does not imply" in message and f"{entry} {ledger[entry]}, not " in message
 
 
+def test_a_checkpoint_with_a_rewound_noise_counter_is_refused(finished_run, refused):
+    """The review's attack: only the Philox counter set back to 0, so the resumed steps would draw the first steps'
+    noise again (two releases with the same noise: their difference has none)."""
+    args, folder, record = finished_run
+    (folder / checkpoint.RECORD).unlink()
+    saved = checkpoint.load(folder / checkpoint.CHECKPOINT)
+    counter = saved["dpbench"]["noise"]["counter"]
+    assert counter > 0
+    saved["dpbench"]["noise"]["counter"] = 0
+    torch.save(saved, folder / checkpoint.CHECKPOINT)
+    store.default_path().unlink()  # `refused` checks that no store is written
+    message = refused("run", *args, "--resume", str(folder))
+    assert f"noise counter 0, not {counter}" in message
+
+
 def test_a_method_whose_state_cannot_be_captured_is_refused_before_training(tmp_path, refused):
     (tmp_path / "opaque.py").write_text(textwrap.dedent('''
         import collections

@@ -3,6 +3,7 @@ released record, oracle labelling and refusals. The two-worker PostgreSQL run is
 import itertools
 import json
 import math
+import re
 import textwrap
 
 import dp_accounting
@@ -366,3 +367,25 @@ def test_trials_sample_as_the_tuning_accountant_assumes_whatever_the_methods_sam
     per_trial = GaussianReleases(record["tuning"]["sample_rate"], record["tuning"]["noise_multiplier"],
                                  record["tuning"]["gradient_evaluations"]).epsilon(record["delta"], "rdp")
     assert per_trial == pytest.approx(record["tuning"]["per_trial_epsilon"], rel=1e-9)
+
+
+def test_a_study_whose_every_trial_failed_does_not_say_how_many_ran(capsys, tmp_path):
+    """A failure can depend on the data (divergence): the refusal of a random-stopping study whose trials all failed
+    says that they did, never K (the review's finding 8)."""
+    (tmp_path / "broken.py").write_text(textwrap.dedent("""
+        from dpbench.methods.dpsgd import DPSGD
+
+        class Broken(DPSGD):
+            name = "broken"
+            description = "DP-SGD that always crashes (test plugin)"
+
+            def step(self, release):
+                raise RuntimeError("diverged")
+    """))
+    code = main(["tune", "--plugins", str(tmp_path), "--method", "broken", "--task", "digits", "--epsilon", "1",
+                 "--epochs", "1", "--trials", "3", "--seed", "4", "--no-wandb"])
+    err = capsys.readouterr().err
+    name = "digits-broken-random-stopping-eps1-seed4"
+    k = optuna.load_study(study_name=name, storage=tuning.default_storage()).user_attrs["k"]
+    assert code == 1 and "failed" in err and k >= 1
+    assert not re.search(rf"\b{k}\b", err.replace(name, "")), err

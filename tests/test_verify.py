@@ -5,6 +5,7 @@ import math
 from pathlib import Path
 
 import dp_accounting
+import numpy as np
 import pytest
 import torch
 from dp_accounting import pld, rdp
@@ -356,3 +357,60 @@ def test_a_release_wrong_in_one_respect_fails(tmp_path, genuine, kind, changes, 
     in proportion: the same ε)."""
     [found] = problems_of(tmp_path, forged(genuine[0][kind], **changes))
     assert found.startswith(problem), found
+
+
+def test_a_tuned_record_charging_another_k_distribution_than_its_config_fails(tmp_path, genuine):
+    """The review's forgery: the charged mean of K lowered (8 → 1.0001) and ε recomputed for it, the config (what
+    the board groups by) left as it was."""
+    found = genuine[0]["tuned random-stopping"]
+    tuned = found["tuning"]
+    lowered = {**tuned["k_distribution"], "mean": 1.0001}
+    orders = np.asarray(rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
+    trial = verify._trial_rdp(found, tuned, orders)
+    shape = math.inf if lowered["name"] == "poisson" else float(lowered["eta"])
+    total = np.asarray(rdp.rdp_privacy_accountant._compute_rdp_repeat_and_select(orders, trial, 1.0001, shape))
+    epsilon = float(rdp.compute_epsilon(orders, total, found["delta"])[0])
+    assert epsilon < found["epsilon"] * 0.9
+    cheaper = forged(found, **{"tuning.k_distribution": lambda _: lowered, "epsilon": lambda _: epsilon})
+    assert problems_of(tmp_path, cheaper) == [f"tuning.k_distribution is {lowered!r} but tuning.config.k_distribution "
+                                              f"is {tuned['config']['k_distribution']!r}"]
+
+
+def test_an_amp_record_missing_a_classifier_fails(tmp_path, genuine):
+    """The review's forgery: digits' one-vs-all AMP without classifier 9's two parts, ε and δ summed again."""
+    found = copy.deepcopy(genuine[0]["amp_nt"])
+    ledger = [entry for entry in found["privacy_ledger"] if not entry["what"].endswith("classifier 9 (one-vs-all)")]
+    assert len(ledger) == len(found["privacy_ledger"]) - 2
+    short = forged(found, privacy_ledger=lambda _: ledger, epsilon=lambda _: math.fsum(e["epsilon"] for e in ledger),
+                   delta=lambda _: math.fsum(e["delta"] for e in ledger))
+    assert short["epsilon"] < found["epsilon"] * 0.95
+    assert problems_of(tmp_path, short)[0].startswith(
+        "privacy_ledger[0] (objective perturbation b1, classifier 0 (one-vs-all)) epsilon (ε1 of ε/K) is ")
+
+
+def test_an_amp_record_whose_objective_noise_fails_the_proofs_tail_bound_fails(tmp_path, genuine):
+    """The review's forgery: breast_cancer at ε = 30 with ε3/ε1 = 0.99 (refused by `dpbench run`), its b1 noise at
+    exactly the paper's formula, every other check consistent."""
+    found = genuine[0]["amp"]
+    entry = found["privacy_ledger"][0]
+    epsilon1 = (1 - found["hyperparameters"]["out_fraction"]) * 30
+    noise_std = entry["sensitivity"] * (1 + math.sqrt(2 * math.log(1 / entry["delta"]))) / (0.99 * epsilon1)
+    loud = forged(found, **{"epsilon_target": lambda _: 30.0, "hyperparameters.noise_fraction": lambda _: 0.99,
+                            "privacy_ledger.0.epsilon": lambda _: epsilon1,
+                            "privacy_ledger.0.noise_std": lambda _: noise_std,
+                            "noise_multiplier": lambda _: noise_std / entry["sensitivity"],
+                            "epsilon": lambda _: epsilon1 + found["privacy_ledger"][1]["epsilon"]})
+    assert problems_of(tmp_path, loud) == [
+        f"privacy_ledger[0] (objective perturbation b1): b1's privacy loss exceeds ε3 = {0.99 * epsilon1:.6g} with "
+        f"probability above δ1 = {entry['delta']:.6g}"]
+
+
+def test_a_rerun_compares_which_code_ran(tmp_path, genuine):
+    """The review's forgery, turned around: a built-in run's record claiming to be an external plugin's (or a
+    plugin's claiming to be built-in) passes the check, which cannot know the code, but not a rerun."""
+    found = genuine[0]["dpsgd"]
+    relabelled = forged(found, **{"code.method.external": lambda value: not value})
+    assert verify.verify(write(tmp_path, relabelled)) == (1, [])
+    _, problems = verify.verify(write(tmp_path, relabelled), rerun_count=1)
+    assert problems == [f"{relabelled['run_id']} (dpsgd on digits, seed 0): the rerun differs in code.method.external "
+                        f"False (recorded True)"]
