@@ -1,7 +1,7 @@
 """AdaCliP's Figure 2 (Pichapati et al. 2019, Section 6): regression error ‖θ − θ*‖² against the dimension d.
 
 ``adaclip`` and ``dpsgd`` on ``adaclip_regression`` in the paper's setting — batch size 1, learning rate 0.01,
-10 epochs, clip 1.0, σ = 0.1 — for d ∈ {10, 100, 1000} and seeds 0–4, each run through ``dpbench.engine.run``
+10 epochs, clip 1.0, σ = 0.1 — for d ∈ {10, 100, 1000} and seeds 0–4, each run through ``dpbench.run.engine.run``
 (and recorded in the results store like any other run). Two samplers: ``shuffle`` (exactly one example per step,
 as in the paper's Algorithm 1) and ``poisson`` (dpbench's default, whose batches at q = 1/n hold 0, 1, 2, …
 examples). ε is computed with the RDP accountant, an upper bound that is fast at σ = 0.1 (PLD takes minutes per
@@ -44,7 +44,9 @@ import logging
 import statistics
 from pathlib import Path
 
-from dpbench import engine, registry
+from dpbench import registry
+from dpbench.run import engine
+from dpbench.spec import RunSpec
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CSV_PATH = RESULTS / "adaclip_figure2.csv"
@@ -78,7 +80,7 @@ def run_missing(dims: list[int], seeds: list[int], samplers: list[str], init_sca
                     if (method, sampler, init_scale, dim, seed, h2_field) in done:
                         continue
                     overrides = {"dim": dim, "init_scale": init_scale} | ({"h2": h2} if method == "adaclip" else {})
-                    record = engine.run(engine.RunSpec(
+                    record = engine.run(RunSpec(
                         method=method, task="adaclip_regression", noise_multiplier=SIGMA, seed=seed,
                         overrides=overrides, sampler=sampler, accountant="rdp", progress_bar=False))
                     row = {"method": method, "sampler": sampler, "init_scale": init_scale, "dim": dim, "seed": seed,

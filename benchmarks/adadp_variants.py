@@ -7,7 +7,7 @@ replace-one neighbours (as the tabular leaderboard): each with its defaults and 
 the seeds; the board's ``validation`` track, the selection not charged). The runs go to the results store of
 ``$DPBENCH_HOME`` and to ``--records``; the table (mean test accuracy ± half-width of the 95% confidence interval)
 to stdout and ``--table``. ``--reuse`` takes the runs of a cell from a records file where they have the identity
-this run would have (settings, code, ledger: :func:`dpbench.engine.identity`), e.g. the committed leaderboard's
+this run would have (settings, code, ledger: :func:`dpbench.results.records.identity`), e.g. the committed leaderboard's
 ``none`` and ``validation`` cells of ``ada_dp`` and ``dpsgd``, which are these cells::
 
     python benchmarks/adadp_variants.py --reuse leaderboards/results.jsonl \
@@ -24,9 +24,11 @@ from pathlib import Path
 
 from scipy import stats
 
-from dpbench import engine, multiseed, validation
-from dpbench.engine import RunSpec
-from dpbench.records import check_stored
+from dpbench.results import records
+from dpbench.results.records import check_stored
+from dpbench.run import engine, multiseed
+from dpbench.spec import RunSpec
+from dpbench.tuning import validation
 
 TASKS = ("adult", "digits")
 EPSILONS = (0.1, 1.0, 8.0)
@@ -47,7 +49,7 @@ def stored_runs(path: str | None) -> dict[tuple[str, int], dict]:
     for line in Path(path).read_text().splitlines() if path else []:
         record = json.loads(line)
         check_stored(record)
-        runs[engine.identity(record), record["seed"]] = record
+        runs[records.identity(record), record["seed"]] = record
     return runs
 
 

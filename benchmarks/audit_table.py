@@ -1,4 +1,4 @@
-"""The audit table of README.md ("Auditing"): the one-run audit (``dpbench audit``) of every built-in gradient
+"""The audit table of docs/auditing.md: the one-run audit (``dpbench audit``) of every built-in gradient
 method at ε = 1 on adult and digits with the tasks' default hyperparameters, and the planted defects.
 
     DPBENCH_MIRROR=../shared/data OMP_NUM_THREADS=1 python benchmarks/audit_table.py [--canaries 1000] [--seed 0]
@@ -22,7 +22,9 @@ import torch
 from dp_accounting import pld
 from tqdm import tqdm
 
-from dpbench import audit, clipping, ghost, method, sampling
+from dpbench import method
+from dpbench.privacy import clipping, ghost, sampling
+from dpbench.trust import audit
 
 TASKS = ("adult", "digits")
 METHODS = ("dpsgd", "dpgd", "norm_bound", "adaclip", "ada_dp", "dpadam", "dpadam_bc")

@@ -14,7 +14,8 @@ import statistics
 import tempfile
 from dataclasses import replace
 
-from dpbench import checkpoint, engine
+from dpbench.run import checkpoint, engine
+from dpbench.spec import RunSpec
 
 
 def main() -> None:
@@ -25,7 +26,7 @@ def main() -> None:
     parser.add_argument("--every", type=int, nargs="+", default=[1, 10, 100])
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    spec = engine.RunSpec(method=args.method, task=args.task, noise_multiplier=1.0, progress_bar=False, no_wandb=True,
+    spec = RunSpec(method=args.method, task=args.task, noise_multiplier=1.0, progress_bar=False, no_wandb=True,
                           append_to_store=False, overrides={"epochs": args.epochs})
     written = []
     atomic_write = checkpoint.atomic_write

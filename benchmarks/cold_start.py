@@ -46,7 +46,9 @@ def timed(name, function):
 from dpbench import cli
 phases["import dpbench.cli"] = time.perf_counter() - started
 begin = time.perf_counter()
-from dpbench import engine, store, task
+from dpbench import task
+from dpbench.results import store
+from dpbench.run import engine
 import pytorch_lightning as pl
 import pytorch_lightning.loops.evaluation_loop as loop
 phases["import the engine (PyTorch, Lightning)"] = time.perf_counter() - begin

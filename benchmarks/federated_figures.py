@@ -30,7 +30,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from dpbench import allocator, federated
+from dpbench.federated import experiment
+from dpbench.run import allocator
 
 OUT = Path(__file__).resolve().parents[1] / "leaderboards" / "federated"
 FRACTIONS = ("0", "1/3", "1")
@@ -86,10 +87,10 @@ def _run(method: str, fraction: str, exponent: float, seed: int, rounds: int, cl
     """One run, in a worker process of its own."""
     torch.set_num_threads(1)
     allocator.keep_freed_memory()
-    spec = federated.FederatedSpec(client_method=method, random_fraction=fraction, rounds=rounds,
+    spec = experiment.FederatedSpec(client_method=method, random_fraction=fraction, rounds=rounds,
                                    client_size=client_size, lr=10**exponent, seed=seed, progress_bar=False,
                                    no_wandb=no_wandb)
-    return federated.run(spec)
+    return experiment.run(spec)
 
 
 def run_all(args: argparse.Namespace, path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Time of one training step with the method in-process vs isolated (``dpbench run --isolate``, dpbench/isolation.py).
+"""Time of one training step with the method in-process vs isolated (``dpbench run --isolate``, dpbench/run/isolation.py).
 
 For each task one process plans the run once and builds two training modules on it, one with the method in-process
 and one with the method in a spawned process; their steps (one release of a fixed batch of the task's batch size:
@@ -19,14 +19,15 @@ from dataclasses import replace
 
 import torch
 
-from dpbench import engine
-from dpbench.noise import GaussianNoise
+from dpbench.privacy.noise import GaussianNoise
+from dpbench.run import engine
+from dpbench.spec import RunSpec
 
 TASKS = ("mnist_mlp", "cifar10_cnn")
 
 
 def measure(task: str, method: str, rounds: int, steps: int) -> dict:
-    planned = engine.plan(engine.RunSpec(method=method, task=task, epsilon=1.0, progress_bar=False, no_wandb=True))
+    planned = engine.plan(RunSpec(method=method, task=task, epsilon=1.0, progress_bar=False, no_wandb=True))
     batch = planned.hp["batch_size"]
     x, y = planned.task.augment(planned.data.x_train[:batch]), planned.data.y_train[:batch]
     isolated = replace(planned, spec=replace(planned.spec, isolate=True))

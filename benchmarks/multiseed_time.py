@@ -1,4 +1,4 @@
-"""Wall time of S seeds trained as one batched run (``dpbench.multiseed``) against one seed trained alone.
+"""Wall time of S seeds trained as one batched run (``dpbench.run.multiseed``) against one seed trained alone.
 
     DPBENCH_MIRROR=../shared/data python benchmarks/multiseed_time.py --method dpsgd --task adult --seeds 10
 
@@ -11,7 +11,8 @@ import json
 import statistics
 import time
 
-from dpbench import engine, multiseed
+from dpbench.run import engine, multiseed
+from dpbench.spec import RunSpec
 
 
 def main() -> None:
@@ -22,7 +23,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
-    spec = engine.RunSpec(method=args.method, task=args.task, epsilon=args.epsilon, progress_bar=False,
+    spec = RunSpec(method=args.method, task=args.task, epsilon=args.epsilon, progress_bar=False,
                           no_wandb=True, append_to_store=False)
     seeds = list(range(args.seeds))
     engine.run(spec)

@@ -1,6 +1,6 @@
 """The Gaussian draw alone: dpbench's sampler built for each x86-64 instruction-set level, and PyTorch's.
 
-Builds ``dpbench/_philox.c`` once per level (x86-64, x86-64-v3 with AVX2, x86-64-v4 with AVX-512) with the
+Builds ``dpbench/privacy/_philox.c`` once per level (x86-64, x86-64-v3 with AVX2, x86-64-v4 with AVX-512) with the
 compile flags of ``pyproject.toml``, as a single copy (``-DDPBENCH_ONE_TARGET``: no multi-versioning), and times
 filling the 269,322 float32 numbers of the benchmark MLP's parameters, median over repeats after warm-up, next to
 the installed module (which picks its copy when it loads) and PyTorch's ``normal_``. Levels this CPU lacks are
@@ -83,7 +83,7 @@ def main() -> None:
             if supported(level):
                 module = build(level, Path(directory))
                 draws[f"dpbench, {level} build"] = lambda fill=module.fill_normal: fill(out, 0, 0, 1.0)
-        from dpbench.noise import fill_normal
+        from dpbench.privacy.noise import fill_normal
 
         if fill_normal is not None:
             draws["dpbench, installed module"] = lambda: fill_normal(out, 0, 0, 1.0)

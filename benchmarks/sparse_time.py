@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dpbench import libsvm
+from dpbench.data import libsvm
 
 ROWS, FEATURES, DENSITY = 20242, 47236, 0.0016
 

@@ -24,13 +24,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from dpbench.allocator import keep_freed_memory
+from dpbench.run.allocator import keep_freed_memory
 
 MODELS = ("logreg", "mlp", "cnn", "transformer")
 VARIANTS = ("nonprivate", "dpbench", "opacus_hooks", "opacus_ghost")
 #: dpbench_no_noise: dpbench's step with σ = 0 (no Gaussian draw); dpbench_torch_noise: dpbench's step with
 #: PyTorch's sampler (``--noise torch``); gaussian_draw / torch_randn: the draw alone, one number per parameter,
-#: from dpbench's sampler (dpbench/noise.py) / PyTorch's, the floor under a DP-SGD step that uses it.
+#: from dpbench's sampler (dpbench/privacy/noise.py) / PyTorch's, the floor under a DP-SGD step that uses it.
 EXTRA_VARIANTS = ("dpbench_no_noise", "dpbench_torch_noise", "gaussian_draw", "torch_randn")
 
 
@@ -80,14 +80,14 @@ def step_function(model: str, variant: str):
     net, x, y, classes = build(model)
     lr, clip, sigma = 0.1, 1.0, 1.0
     if variant in ("gaussian_draw", "torch_randn"):
-        from dpbench.noise import GaussianNoise
+        from dpbench.privacy.noise import GaussianNoise
 
         sampler = GaussianNoise(0, sampler="fast" if variant == "gaussian_draw" else "torch")
         return lambda: [sampler.fill_(torch.empty_like(p), sigma * clip / len(x)) for p in net.parameters()]
     if variant in ("nonprivate", "dpbench", "dpbench_no_noise", "dpbench_torch_noise"):
-        from dpbench.engine import PrivateTraining
         from dpbench.methods.dpsgd import DPSGD
         from dpbench.methods.nonprivate import NonPrivate
+        from dpbench.run.training import PrivateTraining
         from dpbench.task import Classification
 
         class Bench(Classification):
@@ -155,7 +155,7 @@ def side_by_side(model: str, variants: list[str], warmup: int, repeats: int) -> 
 
 def run_child(*args: str, malloc: str) -> dict:
     """This script with ``args`` and ``--malloc malloc`` in a process of its own, PyTorch's page-aligned allocation
-    on or off as ``malloc`` says (dpbench sets it at import, before the child could choose; dpbench/allocator.py)."""
+    on or off as ``malloc`` says (dpbench sets it at import, before the child could choose; dpbench/run/allocator.py)."""
     env = {**os.environ, "THP_MEM_ALLOC_ENABLE": "1" if malloc == "dpbench" else "0"}
     out = subprocess.run([sys.executable, __file__, *args, "--malloc", malloc], capture_output=True, text=True,
                          env=env)
@@ -173,7 +173,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--malloc", choices=("dpbench", "default"), default="dpbench",
                         help="dpbench: every variant's process keeps freed memory as the dpbench command does "
-                             "(dpbench/allocator.py); default: glibc's and PyTorch's own settings")
+                             "(dpbench/run/allocator.py); default: glibc's and PyTorch's own settings")
     parser.add_argument("--memory", nargs=2, metavar=("MODEL", "VARIANT"), help=argparse.SUPPRESS)
     parser.add_argument("--side-by-side", metavar="MODEL", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -34,7 +34,7 @@ GRIDS = {"sweep_small": {"tasks": ["digits", "breast_cancer"], "methods": ["dpsg
 def _pool_worker_setup(threads: int) -> None:
     import torch
 
-    from dpbench import allocator
+    from dpbench.run import allocator
 
     torch.set_num_threads(threads)
     allocator.keep_freed_memory()
@@ -42,7 +42,8 @@ def _pool_worker_setup(threads: int) -> None:
 
 def pool_sweep(grid_path: str, workers: int) -> None:
     """The pre-Dask sweep: plan, then a spawn pool of ``workers`` processes; this process stores the records."""
-    from dpbench import store, sweep
+    from dpbench.board import sweep
+    from dpbench.results import store
 
     jobs, _, _ = sweep.pending(sweep.load_grid(grid_path))
     threads = max(1, (os.cpu_count() or 1) // workers)
@@ -61,7 +62,7 @@ def timed(command: list[str], home: Path) -> float:
 
 def stored(home: Path) -> dict:
     """(identity, seed) → test accuracy of the runs stored under ``home``."""
-    code = ("import json; from dpbench import engine, store; print(json.dumps({json.dumps([engine.identity(r), "
+    code = ("import json; from dpbench.results import records, store; print(json.dumps({json.dumps([records.identity(r), "
             "r['seed']]): r['metrics']['test_accuracy'] for r in store.load()}))")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "DPBENCH_HOME": str(home)},
                          capture_output=True, text=True, check=True).stdout

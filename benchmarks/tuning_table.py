@@ -1,4 +1,4 @@
-"""README's tuning table: test accuracy at total ε = 1 with random-stopping tuning, oracle tuning and the task's
+"""The tuning table of docs/tuning.md: test accuracy at total ε = 1 with random-stopping tuning, oracle tuning and the task's
 defaults (no tuning), for DP-SGD, AdaCliP, DP-AdamBC and ADADP on adult and digits, mean of seeds 0-2.
 
     DPBENCH_MIRROR=... DPBENCH_HOME=... python benchmarks/tuning_table.py [--tasks adult digits] [--methods ...]
@@ -23,7 +23,10 @@ import statistics
 import time
 from pathlib import Path
 
-from dpbench import engine, store, tuning
+from dpbench.results import store
+from dpbench.run import engine
+from dpbench.spec import RunSpec
+from dpbench.tuning import tune
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = ("random-stopping", "oracle", "defaults")
@@ -38,10 +41,10 @@ def run_cell(task: str, method: str, mode: str, seed: int) -> dict:
     if mode == "defaults":
         done = [r for r in store.load(task=task, method=method) if r["seed"] == seed
                 and r.get("epsilon_target") == EPSILON and not r["overrides"] and "tuning" not in r]
-        record = done[0] if done else engine.run(engine.RunSpec(method=method, task=task, epsilon=EPSILON, seed=seed,
+        record = done[0] if done else engine.run(RunSpec(method=method, task=task, epsilon=EPSILON, seed=seed,
                                                                 no_wandb=True, progress_bar=False))
     else:
-        record = tuning.tune(tuning.TuneSpec(
+        record = tune.tune(tune.TuneSpec(
             method=method, task=task, epsilon=EPSILON, mode=mode, trials=MEAN_TRIALS, k_distribution="poisson",
             seed=seed, no_wandb=True))
     tuned = record.get("tuning", {})

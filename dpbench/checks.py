@@ -7,7 +7,7 @@ from typing import Any
 
 from dpbench.errors import UsageError
 
-MAX_SEED = 2**63 - 1  # seeds are 63-bit (dpbench.streams derives 64-bit stream seeds from them)
+MAX_SEED = 2**63 - 1  # seeds are 63-bit (dpbench.privacy.streams derives 64-bit stream seeds from them)
 
 
 def check_seed(seed: Any) -> None:

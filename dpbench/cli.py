@@ -13,11 +13,12 @@ from typing import Any
 
 # Only light modules here: --help, list and the refusals of bad input must not wait for PyTorch, Lightning, W&B
 # or Optuna (seconds); each command imports what it needs (tests/test_cli.py checks which modules load).
-from dpbench import allocator, catalog, checks
+from dpbench import catalog, checks
 from dpbench.choices import (ACCOUNTANTS, BOARD_FORMATS, CLIPPING, GAUSSIAN_SAMPLERS, K_DISTRIBUTIONS, NEIGHBOURING,
                              SAMPLERS, SEARCH_SAMPLERS, STRATEGIES, THREAT_MODELS, TUNING_MODES)
-from dpbench.data import DataError
+from dpbench.data.files import DataError
 from dpbench.errors import PrivacyCheckFailed, RegistryError, TuningError, UsageError
+from dpbench.run import allocator
 
 EXIT_USAGE = 2
 
@@ -119,22 +120,22 @@ def _parser() -> argparse.ArgumentParser:
                      help="neighbouring datasets of the ε: add-remove (default for Poisson sampling) or replace-one")
     run.add_argument("--accelerator", default="cpu", help="Lightning accelerator: cpu, gpu, auto, ...")
     run.add_argument("--devices", type=_positive_int, default=1,
-                     help="train with this many processes, each Poisson-sampling its shard (dpbench/distributed.py)")
+                     help="train with this many processes, each Poisson-sampling its shard (dpbench/run/distributed.py)")
     run.add_argument("--strategy", choices=STRATEGIES, help="how several processes train: ddp (the default)")
     run.add_argument("--clipping", choices=CLIPPING, default="fast",
-                     help="per-example clipping: fast (ghost norms, dpbench/ghost.py) or reference (torch.func.vmap)")
+                     help="per-example clipping: fast (ghost norms, dpbench/privacy/ghost.py) or reference (torch.func.vmap)")
     run.add_argument("--noise", choices=GAUSSIAN_SAMPLERS, default="fast",
-                     help="Gaussian sampler: fast (Philox on the CPU, dpbench/noise.py) or torch (PyTorch's normal_, "
+                     help="Gaussian sampler: fast (Philox on the CPU, dpbench/privacy/noise.py) or torch (PyTorch's normal_, "
                           "as runs made before dpbench had its own)")
     run.add_argument("--checkpoint-dir", metavar="DIR",
-                     help="keep what the run needs to continue exactly here (dpbench/checkpoint.py)")
+                     help="keep what the run needs to continue exactly here (dpbench/run/checkpoint.py)")
     run.add_argument("--resume", metavar="DIR", help="continue the run whose checkpoint is in DIR (same command)")
     run.add_argument("--checkpoint-every", type=_positive_int, default=100, metavar="STEPS",
                      help="steps between checkpoints (default 100; also at every epoch's end)")
     run.add_argument("--plugins", action="append", default=[], metavar="DIR",
                      help="folder of extra method/task files (also: DPBENCH_PLUGINS)")
     run.add_argument("--isolate", action="store_true",
-                     help="run the method in a process of its own that never holds the data (dpbench/isolation.py)")
+                     help="run the method in a process of its own that never holds the data (dpbench/run/isolation.py)")
     run.add_argument("--json", action="store_true", help="print the run record as one JSON object")
     run.add_argument("--wandb-project", help="log to this W&B project (also: WANDB_PROJECT)")
     run.add_argument("--wandb-entity", help="W&B entity (team or user)")
@@ -219,7 +220,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_audit_parsers(commands) -> None:
-    """``dpbench audit`` (dpbench/audit.py) and ``dpbench verify`` (dpbench/verify.py)."""
+    """``dpbench audit`` (dpbench/trust/audit.py) and ``dpbench verify`` (dpbench/trust/verify.py)."""
     auditing = commands.add_parser("audit", help="one-run privacy audit (Steinke et al. 2023): an ε lower bound")
     auditing.add_argument("--method", required=True)
     auditing.add_argument("--task", required=True)
@@ -252,7 +253,7 @@ def _add_audit_parsers(commands) -> None:
 
 def _audit(args: argparse.Namespace) -> int:
     _check_request(args)
-    from dpbench import audit
+    from dpbench.trust import audit
 
     overrides = {key: value for key, value in [("epochs", args.epochs), ("batch_size", args.batch_size),
                                                ("lr", args.lr)] if value is not None}
@@ -266,7 +267,7 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from dpbench import verify
+    from dpbench.trust import verify
 
     if args.rerun < 0:
         raise UsageError(f"--rerun must be at least 0, got {args.rerun}")
@@ -280,7 +281,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _federated_parser(commands) -> None:
     """``dpbench federated``: FedAvg with ADADP, SGD or Adam clients on the paper's CIFAR-10 split
-    (:mod:`dpbench.federated`). Values are checked there, so that bad input gets one line."""
+    (:mod:`dpbench.federated.experiment`). Values are checked there, so that bad input gets one line."""
     fed = commands.add_parser("federated", help="federated averaging with adaptive (ADADP), SGD or Adam clients")
     fed.add_argument("--client-method", required=True, help="ada_dp, sgd or adam")
     fed.add_argument("--task", default="cifar10")
@@ -302,14 +303,14 @@ def _federated_parser(commands) -> None:
 
 
 def _federated(args: argparse.Namespace) -> dict[str, Any]:
-    from dpbench import federated
+    from dpbench.federated import experiment
 
-    spec = federated.FederatedSpec(
+    spec = experiment.FederatedSpec(
         client_method=args.client_method, random_fraction=args.random_fraction, task=args.task, rounds=args.rounds,
         batch_size=args.batch_size, client_size=args.client_size, client_state=args.client_state, lr=args.lr,
         overrides=dict(args.set), profile=args.profile, seed=args.seed, wandb_project=args.wandb_project,
         wandb_entity=args.wandb_entity, no_wandb=args.no_wandb)
-    return federated.run(spec)
+    return experiment.run(spec)
 
 
 def _federated_summary(record: dict[str, Any]) -> str:
@@ -322,7 +323,7 @@ def _federated_summary(record: dict[str, Any]) -> str:
 
 
 def _privacy(args: argparse.Namespace) -> dict[str, Any]:
-    from dpbench.privacy import GaussianReleases, calibrate_noise_multiplier, check_relation
+    from dpbench.privacy.accounting import GaussianReleases, calibrate_noise_multiplier, check_relation
 
     if not 0 < args.sample_rate <= 1:
         raise UsageError(f"sample rate must lie in (0, 1], got {args.sample_rate}")
@@ -368,7 +369,7 @@ def _summary(record: dict[str, Any]) -> str:
     steps = "" if record["steps"] is None else f"{record['steps']} steps"  # AMP's solver count is not released
     timing = "" if seconds is None else f" in {seconds:.1f} s"
     lines.append(f"  {steps}{timing}{'; ' if steps or timing else ''}{metrics}")
-    from dpbench import store
+    from dpbench.results import store
 
     lines.append(f"  run {record['run_id']} stored in {store.describe()} (dpbench show {record['run_id']})")
     return "\n".join(lines)
@@ -405,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.store is not None:
         if not args.store.strip():
             return _refuse(UsageError("--store needs a URL (or a SQLite file's path)"))
-        os.environ["DPBENCH_STORE"] = args.store  # read by dpbench.store here and in the sweep's worker processes
+        os.environ["DPBENCH_STORE"] = args.store  # read by dpbench.results.store here and in the sweep's worker processes
     allocator.keep_freed_memory()  # speed only: a step's large tensors are not page-faulted in again every step
     # Lightning's informational lines would mix with --json output on stdout.
     logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
@@ -417,12 +418,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"ε = {result['epsilon']:.6g}, σ = {result['noise_multiplier']:.6g} "
                   f"(q = {args.sample_rate}, {args.steps} steps, δ = {args.delta}, {args.accountant})")
         elif args.command == "sweep":
-            from dpbench import sweep
+            from dpbench.board import sweep
 
             counts = sweep.run_grid(sweep.load_grid(args.grid), args.workers, scheduler=args.scheduler)
             print(", ".join(f"{count} {what}" for what, count in counts.items()))
         elif args.command == "leaderboard" and args.check:
-            from dpbench import leaderboard
+            from dpbench.board import leaderboard
 
             problems = leaderboard.run_check(args.task, args.from_wandb, args.records, args.exceptions)
             for line in problems:
@@ -434,17 +435,17 @@ def main(argv: list[str] | None = None) -> int:
             record = _federated(args)
             print(json.dumps(record) if args.json else _federated_summary(record))
         elif args.command == "leaderboard":
-            from dpbench import leaderboard
+            from dpbench.board import leaderboard
 
             leaderboard.write(args.format, args.task, args.out, args.from_wandb, args.records)
         elif args.command == "tune":
             _check_request(args)
-            from dpbench import search, tuning
+            from dpbench.tuning import search, tune
 
             overrides = {key: value for key, value in [("epochs", args.epochs), ("batch_size", args.batch_size)]
                          if value is not None}
             overrides.update(_settings(args.set))
-            spec = tuning.TuneSpec(
+            spec = tune.TuneSpec(
                 method=args.method, task=args.task, epsilon=args.epsilon, delta=args.delta, mode=args.mode,
                 trials=args.trials, k_distribution=args.k_distribution, eta=args.eta, sampler=args.search,
                 validation_fraction=args.validation_fraction, neighbouring=args.neighbouring, seed=args.seed,
@@ -453,18 +454,18 @@ def main(argv: list[str] | None = None) -> int:
                 storage=args.storage, study=args.study, heartbeat_interval=args.heartbeat_interval,
                 plugins=args.plugins, wandb_project=args.wandb_project, wandb_entity=args.wandb_entity,
                 no_wandb=args.no_wandb)
-            record = tuning.tune(spec)
+            record = tune.tune(spec)
             print(json.dumps(record) if args.json else _tune_summary(record))
         elif args.command == "audit":
             return _audit(args)
         elif args.command == "verify":
             return _verify(args)
         elif args.command == "runs":
-            from dpbench import browse
+            from dpbench.results import browse
 
             print(browse.runs_table(args.task, args.method, args.limit))
         elif args.command == "show":
-            from dpbench import browse
+            from dpbench.results import browse
 
             print(browse.show_text(args.run_id))
         elif args.command == "list":
@@ -481,9 +482,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError("--resume continues writing checkpoints to its own folder: give --checkpoint-dir "
                                  "the same folder or leave it out")
             _check_request(args)
-            from dpbench import engine
+            from dpbench.run import engine
+            from dpbench.spec import RunSpec
 
-            spec = engine.RunSpec(
+            spec = RunSpec(
                 method=args.method, task=args.task, epsilon=args.epsilon, noise_multiplier=args.noise_multiplier,
                 delta=args.delta, seed=args.seed, secret_seed=args.secret_seed, overrides=overrides,
                 profile=args.profile, sampler=args.sampler,

@@ -65,7 +65,7 @@ class Method:
     ``releases_per_step``: noisy gradients one step consumes; an epoch has n / (releases_per_step · B) steps.
     ``default_sampler``: ``poisson`` (what the accountant assumes) or ``shuffle``.
     ``clip_to_task_bound``: instead of a chosen C, use the task's proven bound on per-example gradient norms.
-    ``search_space``: what ``dpbench tune`` searches (``dpbench/tuning.py``), a JSON-able dict from hyperparameter
+    ``search_space``: what ``dpbench tune`` searches (``dpbench/tuning/tune.py``), a JSON-able dict from hyperparameter
     name to ``{"type": "float", "low": a, "high": b, "log": true}``, ``{"type": "int", "low": a, "high": b}`` or
     ``{"type": "categorical", "choices": [...]}``; ``dpbench tune --search-space FILE`` replaces it. The
     hyperparameters outside it keep their resolved values (task defaults, ``--set``). The leaderboard's validation
@@ -79,7 +79,7 @@ class Method:
     strings where the default is None. ``self.mechanism`` (:class:`GradientMechanism`): the noise multiplier σ
     (0 for non-private methods), the clip C, the expected batch size B = q·n, the steps per epoch, and
     ``mean_noise_std`` σC/B, the standard deviation of each coordinate of a release's noise.
-    Transforms: a ``per_example_transform`` that is a ``dpbench.clipping.CoordinateAffine`` keeps the fast
+    Transforms: a ``per_example_transform`` that is a ``dpbench.privacy.clipping.CoordinateAffine`` keeps the fast
     clipping path on linear and normalization layers; any other transform materializes every per-example gradient
     (the run warns once, naming it).
     """
@@ -128,7 +128,7 @@ class Method:
         stacked, shape (S, *shape); update ``params`` in place, and each run's state. Per-run settings come from
         ``runs[i].hp`` (:func:`per_run`), per-run state tensors stack with :func:`stacked`.
 
-        The default :meth:`step` calls it with S = 1, so a run alone and a batch of runs (``dpbench.multiseed``:
+        The default :meth:`step` calls it with S = 1, so a run alone and a batch of runs (``dpbench.run.multiseed``:
         a cell's seeds, a tuning's trials) execute the same update; a Python loop over S runs' small tensors cost
         more than the batched step of a linear model.
         """
@@ -150,7 +150,7 @@ class Method:
     NOT_STATE: ClassVar[tuple[str, ...]] = ("params", "hp", "mechanism")
 
     def state_dict(self) -> dict[str, Any]:
-        """A copy of the method's state, for resuming a run exactly (``dpbench/checkpoint.py``): every instance
+        """A copy of the method's state, for resuming a run exactly (``dpbench/run/checkpoint.py``): every instance
         attribute but :attr:`NOT_STATE`. Tensors, numbers, strings, None, ``torch.optim`` optimizers and torch
         generators are captured, also inside lists, tuples and dicts (e.g. ADADP's η, Adam's moments,
         AdaCliP's m and s, DP-SGD's momentum buffers in its optimizer). An attribute of any other type raises
@@ -214,10 +214,10 @@ def _restore(current: Any, saved: Any, where: str) -> Any:
 class ReleaseMethod(Method):
     """Base class of the methods outside the gradient mould: output and objective perturbation.
 
-    Such a method never sees a noisy gradient. ``dpbench.release`` (the engine's release mechanisms) clips the
+    Such a method never sees a noisy gradient. ``dpbench.release.mechanisms`` (the engine's release mechanisms) clips the
     training inputs to the norm the method declares, runs the method's non-private computation, draws every noise
     vector and charges the privacy from the sensitivity or constants the method declares. Subclass
-    ``dpbench.release.OutputPerturbationMethod`` or ``dpbench.release.ObjectivePerturbationMethod``.
+    ``dpbench.release.mechanisms.OutputPerturbationMethod`` or ``dpbench.release.mechanisms.ObjectivePerturbationMethod``.
     """
 
     def __init__(self, hyperparameters: dict[str, Any]):

@@ -5,40 +5,14 @@ The engine trains it privately; the task never sees how batches are sampled or g
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from dpbench import streams
-from dpbench.privacy import DataRelease
-
-
-@dataclass
-class TaskData:
-    """Train and test tensors with the id of exactly the data they came from.
-
-    ``data_id`` names the dataset *as used*: a subset or lossy copy carries its own id (``covertype-first10k``),
-    never the full dataset's. ``note`` is shown to the user and stored with the run (e.g. why it is a subset).
-    ``preprocessing`` describes every transformation, including any that looked at the data.
-    ``private_releases`` lists what a private preprocessing step released from the training data (e.g. DP-PCA);
-    the engine charges them to the run together with the training.
-    """
-
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
-    data_id: str
-    preprocessing: str
-    note: str | None = None
-    private_releases: tuple[DataRelease, ...] = ()
-
-    @property
-    def n_train(self) -> int:
-        return len(self.x_train)
+from dpbench.data.taskdata import TaskData
+from dpbench.privacy import streams
 
 
 class Task(pl.LightningModule):
@@ -55,7 +29,7 @@ class Task(pl.LightningModule):
     defaults: ClassVar[dict[str, Any]] = {}
     method_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
     options: ClassVar[dict[str, Any]] = {}
-    #: The validation track's lists, shared by every method (``dpbench.validation``): ``epochs`` and ``batch_size``
+    #: The validation track's lists, shared by every method (``dpbench.tuning.validation``): ``epochs`` and ``batch_size``
     #: for minibatch methods, ``steps`` (full-batch steps, their epochs) for full-batch ones. Empty: the defaults.
     search_lists: ClassVar[dict[str, list[int]]] = {}
     #: Named settings (``dpbench run --profile NAME``), applied over the defaults and under the command line:
@@ -77,7 +51,7 @@ class Task(pl.LightningModule):
 
     def prepare(self, seed: int = 0) -> TaskData:
         """Load the data and build the model for run seed ``seed`` (call once). Each phase draws from its own
-        stream (:mod:`dpbench.streams`): the global generator is seeded with stream ``data`` before
+        stream (:mod:`dpbench.privacy.streams`): the global generator is seeded with stream ``data`` before
         :meth:`load_data` and with stream ``init`` before :meth:`build_model`."""
         self.seed, self._generators = seed, {}
         streams.seed_globals(seed, "data")

@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from dpbench.clipping import CoordinateAffine
 from dpbench.method import Method, per_run, stacked
+from dpbench.privacy.clipping import CoordinateAffine
 
 
 class AdaCliP(Method):
@@ -62,9 +62,9 @@ class AdaCliP(Method):
     * With Poisson batches the number of examples per step varies; while clipping is active, s then shrinks on
       average in log scale (β2 = 0.9 forgets within ~10 steps) and collapses. The paper samples exactly B users.
 
-    Cost: (g − m)/b is coordinate-wise affine (:class:`~dpbench.clipping.CoordinateAffine`), so for a Linear
+    Cost: (g − m)/b is coordinate-wise affine (:class:`~dpbench.privacy.clipping.CoordinateAffine`), so for a Linear
     layer with one input a per example, ‖(g aᵀ − M)/S‖² = (g²)ᵀR(a²) − 2gᵀ(M∘R)a + Σ M²R with R = 1/S² needs no
-    per-example gradient (``dpbench/ghost.py``; also LayerNorm/GroupNorm, whose per-example gradients are small).
+    per-example gradient (``dpbench/privacy/ghost.py``; also LayerNorm/GroupNorm, whose per-example gradients are small).
     A convolution, an embedding or a Linear layer on a sequence sums T outer products per example, and the
     weighted norm Σ_jk R_jk (Σ_t g_tj a_tk)² then costs T²·p·q without them, more than materializing the
     per-example gradients (T·p·q): models with such layers run on the reference (vmap) path, with a warning.
@@ -129,7 +129,7 @@ class AdaCliP(Method):
     @property
     def per_example_transform(self) -> CoordinateAffine:
         """(g − m)/b (Algorithm 1, line 7), in the form the fast clipper computes without per-example gradients
-        on linear layers (``dpbench/ghost.py``); convolutions and embeddings fall back to materializing them."""
+        on linear layers (``dpbench/privacy/ghost.py``); convolutions and embeddings fall back to materializing them."""
         return CoordinateAffine(self.mean, self.scale)
 
     @classmethod

@@ -8,8 +8,8 @@ from scipy.linalg import solve
 from scipy.optimize import minimize
 from scipy.special import expit
 
-from dpbench import rows
-from dpbench.release import ObjectivePerturbationMethod
+from dpbench.data import rows
+from dpbench.release.mechanisms import ObjectivePerturbationMethod
 
 #: Full Newton steps after the solver, whose tests compare objective values and so can stall where their
 #: differences (~‖∇‖²/(Λ/n)) reach float64 round-off, above γ = 1/n².
@@ -62,7 +62,7 @@ def _perturbed_logistic(x: np.ndarray, counts: np.ndarray, label_sums: np.ndarra
 class AMP(ObjectivePerturbationMethod):
     """Approximate Minima Perturbation for logistic regression (one-vs-all for K > 2 classes).
 
-    ``dpbench.release`` draws b1 ~ N(0, σ1²I) and the output noise b2 with the paper's calibration
+    ``dpbench.release.mechanisms`` draws b1 ~ N(0, σ1²I) and the output noise b2 with the paper's calibration
     (``AMPCalibration``: the budget split, Λ = rβ/(ε1 − ε3), σ1, σ2); this class solves the perturbed objective
     with SciPy's trust-region Newton method from θ = 0 until ‖∇L_priv(θ)‖₂ < γ — ``trust-exact`` (exact Hessian)
     for up to :data:`EXACT_HESSIAN_MAX_FEATURES` features, ``trust-ncg`` (Hessian-vector products) above —

@@ -17,7 +17,7 @@ class DPSGD(Method):
 
     The update is ``torch.optim.SGD``'s (d = g̃ + λθ; v ← μv + d, v = d at the first step; θ ← θ − ηv), written out
     for many runs at once (:meth:`~dpbench.method.Method.update_together`): torch.optim's per-call machinery cost
-    0.36 ms a step, which dominated batched trials of linear models (``dpbench.multiseed``);
+    0.36 ms a step, which dominated batched trials of linear models (``dpbench.run.multiseed``);
     ``tests/test_engine.py`` checks it step for step against ``torch.optim.SGD``.
     """
 

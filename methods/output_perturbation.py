@@ -3,13 +3,13 @@ Analytics", SIGMOD 2017, as run in the DP-ERM benchmark of Iyengar et al. 2019 (
 ``algorithms/psgd.py``: ``private_convex_psgd`` with ``lr_type='constant'``, ``private_strongly_convex_psgd``)."""
 import torch
 
-from dpbench.release import OutputPerturbationMethod
+from dpbench.release.mechanisms import OutputPerturbationMethod
 
 VARIANTS = ("convex", "strongly_convex")
 
 
 class OutputPerturbation(OutputPerturbationMethod):
-    """Permutation-based mini-batch SGD on the logistic loss, then θ + N(0, s²I) (noise added by ``dpbench.release``).
+    """Permutation-based mini-batch SGD on the logistic loss, then θ + N(0, s²I) (noise added by ``dpbench.release.mechanisms``).
 
     One random permutation of the m training rows is drawn and reused for every pass (as in Wu et al. and psgd.py);
     each pass takes its consecutive batches of b rows, the last one possibly shorter; a batch's gradient is its

@@ -8,7 +8,7 @@
 
 Images stay uint8 in memory (a 50,000-image float copy would take 600 MB); the model's first module scales them to
 [0, 1] and normalizes each channel with fixed published constants, never statistics of the private data. With the
-mirror here, CIFAR-10 is the JPEG copy (data id ``cifar10-jpeg``, see :func:`dpbench.datasets.load_cifar10`).
+mirror here, CIFAR-10 is the JPEG copy (data id ``cifar10-jpeg``, see :func:`dpbench.data.datasets.load_cifar10`).
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from torch import nn
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-from dpbench import datasets, stages
-from dpbench.data import dpbench_home, mirror_dir
+from dpbench.data import datasets, stages
+from dpbench.data.files import dpbench_home, mirror_dir
 from dpbench.task import Classification, TaskData
 
 #: ImageNet's channel means and standard deviations, which the DP-AdamBC code (``data_utils/datasets.py``,
@@ -158,7 +158,7 @@ class CIFAR10CNN(Classification):
         )
 
 
-#: Stage names of a first run (:mod:`dpbench.stages`).
+#: Stage names of a first run (:mod:`dpbench.data.stages`).
 PRETRAIN_STAGE, FEATURES_STAGE = "pretrain convolutions", "extract features"
 #: Where ``cifar10`` pretrains its convolutions: CIFAR-100 (the paper's choice), or the public substitute.
 PRETRAINING_SOURCES = ("auto", "cifar100", "cifar10_first10k")
@@ -243,7 +243,7 @@ class CIFAR10ADADP(Classification):
     Not as in the code: its DP phase applies random crops and flips to the CIFAR-10 images under the frozen
     convolutions; cached features rule that out, so the DP phase here sees unaugmented images. The code pretrains
     for 100 epochs without momentum; here ``pretrain_epochs`` = 10 with momentum 0.9 (``PRETRAINING``), to keep
-    the one-time pretraining to minutes on a CPU (143 s of a 307 s first run on a 2-core CPU; README, "Measured").
+    the one-time pretraining to minutes on a CPU (143 s of a 307 s first run on a 2-core CPU; docs/measurements.md).
 
     Hyperparameters (paper: B = 200, 100 epochs, σ ∈ {2, 4, 6, 8}, ADADP from η0 = 0.1; code: C = 3, δ = 1e-5;
     paper, comparison with DP-Adam: ADADP for 50 epochs, then η_k = η_50 / (1 + 0.1 (k − 50))). ``paper`` profile:
@@ -317,7 +317,7 @@ class CIFAR10ADADP(Classification):
 
     def _stages(self) -> list[tuple[str, int, str]]:
         """The first run's preparation, as far as it can be known before the images are read: decoding,
-        pretraining and features (:mod:`dpbench.stages`); the cached ones are dropped once known."""
+        pretraining and features (:mod:`dpbench.data.stages`); the cached ones are dropped once known."""
         on_cifar100 = self.pretraining_source() == "cifar100"  # else the first CIFAR-10 images, taken out
         public = 50_000 if on_cifar100 else PUBLIC_SLICE
         private = 50_000 if on_cifar100 else 50_000 - PUBLIC_SLICE

@@ -1,5 +1,5 @@
 """Logistic regression on the high-dimensional LIBSVM sets of Yu et al. 2020, Table 2 (Gisette, Real-sim, RCV1), with
-sparse inputs kept sparse through sampling, clipping and evaluation (``dpbench/libsvm.py``, ``dpbench/rows.py``).
+sparse inputs kept sparse through sampling, clipping and evaluation (``dpbench/data/libsvm.py``, ``dpbench/data/rows.py``).
 
 Yu et al. report at ε = 0.1 (δ = 1/n²): DP-GD 67.3 (Gisette), 76.1 (Real-sim), 74.9 (RCV1). None of the files can be
 fetched on this project's machines; the loaders are tested on files the tests write in the canonical format. The
@@ -10,12 +10,12 @@ batched seeds need dense rows and refuse them.
 """
 from dataclasses import replace
 
-from dpbench import libsvm
+from dpbench.data import libsvm
 from dpbench.tasks.linear import LinearClassification
 
 
 class SparseLinear(LinearClassification):
-    """A LIBSVM set: ``dataset`` names it in :data:`dpbench.libsvm.FILES`."""
+    """A LIBSVM set: ``dataset`` names it in :data:`dpbench.data.libsvm.FILES`."""
 
     dataset: str
     options = {"bias": True, "dense": False}

@@ -2,7 +2,7 @@
 
 One model for every method: a linear model with a bias, θᵀx + b (the option ``bias``, default true; ``false`` for
 the bias-free model of Yu et al. 2020 and the DP-ERM benchmark). The gradient methods and the non-private baseline
-fit b as ``nn.Linear``'s bias; output and objective perturbation (``dpbench/release.py``) fit it as the weight of
+fit b as ``nn.Linear``'s bias; output and objective perturbation (``dpbench/release/mechanisms.py``) fit it as the weight of
 a constant feature 1 appended to each row before the rows are clipped to their norm bound, which is the same
 model: a positive rescaling of (x, 1) never changes the sign of θᵀ(x, 1). Weights start at 0. A per-example gradient
 is (σ(z) − y)·(x, 1) for the logistic loss and (p − e_y) ⊗ (x, 1) for the softmax cross-entropy (without bias: x),
@@ -23,7 +23,7 @@ import math
 
 from torch import nn
 
-from dpbench import datasets
+from dpbench.data import datasets
 from dpbench.task import Classification, TaskData
 
 

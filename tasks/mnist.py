@@ -16,7 +16,7 @@
 * ``adaclip``: Pichapati et al. (AdaCliP), Section 6 and Table 2: "784 dimensional input is projected to 60
   dimensions using differentially private PCA and then a neural network with a single hidden layer of 1000 units
   is trained", "similar to the one in" Abadi et al. 2016. Pixels in [0, 1] (AdaCliP divides by 255). The PCA is
-  :func:`dpbench.pca.dp_pca` on the training split only, its noise drawn from the run's own ``dp-pca`` stream
+  :func:`dpbench.privacy.pca.dp_pca` on the training split only, its noise drawn from the run's own ``dp-pca`` stream
   (``Task.rng``), so every run draws its own noise and no other draw of the run shares it; the test set is projected with the released
   directions. The network follows Abadi et al.'s code (tensorflow/models ``differential_privacy/dp_sgd``,
   ``dp_mnist.py`` and ``utils.BuildNetwork``): projection x ↦ Vᵀx without centering, then 60-1000 ReLU and
@@ -39,8 +39,8 @@ from dataclasses import replace
 
 from torch import nn
 
-from dpbench import datasets
-from dpbench.pca import dp_pca
+from dpbench.data import datasets
+from dpbench.privacy.pca import dp_pca
 from dpbench.task import Classification, TaskData
 
 NETWORKS = ("relu256", "adadp", "adadp256", "adaclip")

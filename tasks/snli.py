@@ -46,7 +46,7 @@ Ambiguities and the readings taken:
 * Encoder. The paper says BERT-base; the code loads ``bert-base-cased`` (the ``paper`` profile's encoder); the task's
   default is ``bert-base-uncased``.
 * Data. The code trains on snli_1.0_train and evaluates on snli_1.0_dev; dpbench evaluates on the test split (see
-  :func:`dpbench.datasets.load_snli`, which also covers the mirror's dev-as-train substitute).
+  :func:`dpbench.data.datasets.load_snli`, which also covers the mirror's dev-as-train substitute).
 * Privacy. The paper fixes σ = 0.4 and reports ε ≈ 7 (RDP) without δ or epochs. The code takes δ = 1/(batches
   per epoch) = 1/2146 (> 1/n, which dpbench refuses), samples fixed-size shuffled batches and accounts them as
   Poisson; its README's SNLI command trains 5 epochs, and q = 256/549,367, σ = 0.4, 5 · 2146 steps, δ = 1/2146 give
@@ -66,9 +66,9 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from dpbench import datasets
-from dpbench.data import DataError, dpbench_home
-from dpbench.engine import UsageError
+from dpbench.data import datasets
+from dpbench.data.files import DataError, dpbench_home
+from dpbench.errors import UsageError
 from dpbench.task import Classification, TaskData
 
 OFFLINE_ENCODER = "all-MiniLM-L6-v2"

@@ -29,8 +29,8 @@ def isolated_home(tmp_path, monkeypatch):
 @pytest.fixture
 def refused(capsys):
     """Runs a ``dpbench`` command that must be refused: exit code 2, one line on stderr, nothing stored."""
-    from dpbench import store
     from dpbench.cli import main
+    from dpbench.results import store
 
     def run(*args: str) -> str:
         code = main(list(args))

@@ -8,10 +8,10 @@ import torch
 
 from dpbench import registry
 from dpbench.cli import main
-from dpbench.engine import resolve_hyperparameters
-from dpbench.training import PrivateTraining
 from dpbench.method import GradientMechanism
-from dpbench.sampling import IndexedTensors, PoissonSampler
+from dpbench.privacy.sampling import IndexedTensors, PoissonSampler
+from dpbench.run.training import PrivateTraining
+from dpbench.spec import resolve_hyperparameters
 
 AdaDP = registry.methods([])["ada_dp"]
 NOISY = GradientMechanism(noise_multiplier=1.0, clip=1.0, expected_batch_size=10.0)

@@ -7,12 +7,12 @@ import pytorch_lightning as pl
 import torch
 
 from dpbench import registry
-from dpbench.clipping import VmapClipper
 from dpbench.cli import main
-from dpbench.engine import resolve_hyperparameters
-from dpbench.training import PrivateTraining
 from dpbench.method import GradientMechanism
-from dpbench.sampling import IndexedTensors, PoissonSampler
+from dpbench.privacy.clipping import VmapClipper
+from dpbench.privacy.sampling import IndexedTensors, PoissonSampler
+from dpbench.run.training import PrivateTraining
+from dpbench.spec import resolve_hyperparameters
 
 METHODS = registry.methods([])
 TASKS = registry.tasks([])

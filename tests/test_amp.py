@@ -7,9 +7,11 @@ import pytest
 import torch
 from scipy.stats import norm
 
-from dpbench import registry, release, streams
+from dpbench import registry
 from dpbench.cli import main
-from dpbench.release import AMPCalibration
+from dpbench.privacy import streams
+from dpbench.release import mechanisms
+from dpbench.release.mechanisms import AMPCalibration
 
 METHODS = registry.methods([])
 AMP, AMPNT = METHODS["amp"], METHODS["amp_nt"]
@@ -180,7 +182,7 @@ class Unconverged(AMP):
 def test_a_solver_that_misses_gamma_is_not_released():
     x, y, _ = problem()
     with pytest.raises(RuntimeError, match="gradient norm"):
-        release.approximate_minima_perturbation(Unconverged(AMP.defaults), x, y[:, None], 1.0, 1e-6, 0)
+        mechanisms.approximate_minima_perturbation(Unconverged(AMP.defaults), x, y[:, None], 1.0, 1e-6, 0)
 
 
 def test_noise_is_drawn_by_the_release_module_with_the_calibrated_scales():
@@ -195,7 +197,7 @@ def test_noise_is_drawn_by_the_release_module_with_the_calibrated_scales():
             seen.append((regularization, linear_term.clone()))
             return super().solve(x, y, regularization, linear_term, gamma)
 
-    theta, ledger, _, c = release.approximate_minima_perturbation(Recording(AMP.defaults), x, y[:, None], 1.0, 1e-6, 4)
+    theta, ledger, _, c = mechanisms.approximate_minima_perturbation(Recording(AMP.defaults), x, y[:, None], 1.0, 1e-6, 4)
     b1 = c.sigma_objective * torch.randn(5, generator=streams.generator(4, "objective-noise"), dtype=torch.float64)
     [(regularization, linear_term)] = seen
     assert regularization == c.regularization
@@ -269,7 +271,7 @@ def test_listed_with_one_line_descriptions(capsys):
 def test_the_solver_groups_repeated_rows_into_the_same_objective(monkeypatch):
     """The solver's objective over distinct rows weighted by their counts equals the objective over every row (its
     value, gradient and Hessian), also for identical rows with different labels and when the hash collides."""
-    from dpbench import rows
+    from dpbench.data import rows
     from methods import amp as module
 
     rng = np.random.default_rng(3)

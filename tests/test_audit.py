@@ -1,4 +1,4 @@
-"""The one-run audit (dpbench/audit.py, dpbench/canaries.py): its bound against JAX Privacy's, honest methods pass,
+"""The one-run audit (dpbench/trust/audit.py, dpbench/trust/canaries.py): its bound against JAX Privacy's, honest methods pass,
 planted defects and cheating plugins fail, the board's rule."""
 import json
 import math
@@ -9,9 +9,12 @@ import pytest
 import torch
 from scipy import optimize, special, stats
 
-from dpbench import audit, clipping, ghost, method, sampling, store
-from dpbench.canaries import Canaries, CanaryModel
+from dpbench import method
 from dpbench.cli import main
+from dpbench.privacy import clipping, ghost, sampling
+from dpbench.results import store
+from dpbench.trust import audit
+from dpbench.trust.canaries import Canaries, CanaryModel
 
 CHEATERS = str(Path(__file__).parent / "cheaters")
 #: Short runs keep the suite fast; README's table (benchmarks/audit_table.py) uses the tasks' defaults.

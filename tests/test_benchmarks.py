@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dpbench.allocator import keep_freed_memory
+from dpbench.run.allocator import keep_freed_memory
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "step_time.py"
 
@@ -33,7 +33,7 @@ def test_glibc_takes_the_allocator_settings():
 REUSE = """
 import resource, threading
 import dpbench, torch
-from dpbench.allocator import keep_freed_memory
+from dpbench.run.allocator import keep_freed_memory
 assert keep_freed_memory()
 torch.set_num_threads(1)
 rows, index = torch.rand(4000, 784), torch.randint(0, 4000, (20000,))  # a 64 MB gather, as a batched step's
@@ -53,7 +53,7 @@ print(max(faults[2:]))
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the mallopt settings are glibc's")
 @pytest.mark.parametrize("setting", ["dpbench", "no THP_MEM_ALLOC_ENABLE"])
 def test_a_large_tensor_freed_by_one_step_is_reused_by_the_next_in_a_worker_thread(setting):
-    """dpbench/allocator.py: with its settings a repeated 64 MB tensor comes from memory already mapped (a few page
+    """dpbench/run/allocator.py: with its settings a repeated 64 MB tensor comes from memory already mapped (a few page
     faults, not the 15,600 of fresh 4 KB pages); without PyTorch's page alignment it does not (the check can fail)."""
     env = {**os.environ, "THP_MEM_ALLOC_ENABLE": "1" if setting == "dpbench" else "0"}
     faults = int(subprocess.run([sys.executable, "-c", REUSE], check=True, capture_output=True, text=True,

@@ -1,8 +1,8 @@
 """``dpbench runs`` and ``dpbench show``: what a run's summary points to can be found again."""
 import json
 
-from dpbench import store
 from dpbench.cli import main
+from dpbench.results import store
 
 
 def test_a_run_says_where_it_went_and_show_prints_that_record(capsys):

@@ -1,10 +1,10 @@
-"""The privacy cache (:mod:`dpbench.cache`) never returns a value that other accounting code computed: a fix to
-``privacy.py`` once left a sweep's cache returning the ε the old code stored (issue 31, item 9)."""
+"""The privacy cache (:mod:`dpbench.privacy.cache`) never returns a value that other accounting code computed: a fix to
+``privacy/accounting.py`` (then ``privacy.py``) once left a sweep's cache returning the ε the old code stored (issue 31, item 9)."""
 from pathlib import Path
 
 import pytest
 
-from dpbench import cache
+from dpbench.privacy import cache
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def test_a_stored_value_is_returned_for_the_same_code_and_arguments(fresh_cache)
 def test_a_change_to_the_accounting_code_misses_the_cache(fresh_cache, monkeypatch, module):
     assert cache.memoized("epsilon", (1, 0.5), lambda: 1.0) == 1.0
     read = Path.read_bytes
-    monkeypatch.setattr(Path, "read_bytes", lambda self: read(self) + b"\n# fixed\n" if self.name == module
+    monkeypatch.setattr(Path, "read_bytes", lambda self: read(self) + b"\n# fixed\n" if self.as_posix().endswith("/" + module)
                         else read(self))
     cache._salt.cache_clear()
     assert cache.memoized("epsilon", (1, 0.5), lambda: 2.0) == 2.0

@@ -11,15 +11,16 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from dpbench import datasets, store
 from dpbench.cli import main
-from dpbench.clipping import VmapClipper
-from dpbench.data import RemoteFile
-from dpbench.engine import profile_settings, resolve_hyperparameters
-from dpbench.ghost import GhostClipper, make_clipper
+from dpbench.data import datasets
+from dpbench.data.files import RemoteFile
 from dpbench.methods.ada_dp import AdaDP
 from dpbench.methods.dpadam_bc import DPAdamBC
 from dpbench.methods.dpsgd import DPSGD
+from dpbench.privacy.clipping import VmapClipper
+from dpbench.privacy.ghost import GhostClipper, make_clipper
+from dpbench.results import store
+from dpbench.spec import profile_settings, resolve_hyperparameters
 from dpbench.tasks import cifar
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dpbench import datasets, store
 from dpbench.cli import main
+from dpbench.data import datasets
+from dpbench.results import store
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD_FIELDS = {"task", "method", "data_id", "seed", "hyperparameters", "epsilon", "delta", "noise_multiplier",
@@ -51,7 +52,7 @@ def test_runs_are_deterministic_under_a_seed(capsys):
 
 
 def test_digits_gives_the_same_run_on_the_fast_and_the_reference_clipping_path(capsys):
-    """Ghost norms and book-keeping (dpbench/ghost.py) against materialized per-example gradients (vmap)."""
+    """Ghost norms and book-keeping (dpbench/privacy/ghost.py) against materialized per-example gradients (vmap)."""
     args = ("--method", "dpsgd", "--task", "digits", "--epsilon", "1", "--epochs", "10", "--lr", "2")
     fast = run_json(capsys, *args)
     reference = run_json(capsys, *args, "--clipping", "reference")
@@ -136,7 +137,7 @@ def test_entry_point_plugin(capsys, tmp_path, monkeypatch):
 def test_the_record_names_its_noise_sampler(capsys):
     args = ("--method", "dpsgd", "--task", "breast_cancer", "--epsilon", "2", "--epochs", "2")
     fast, pytorch = run_json(capsys, *args), run_json(capsys, *args, "--noise", "torch")
-    assert fast["noise"] == "philox4x32-10 + box-muller, float32 (dpbench._philox)"
+    assert fast["noise"] == "philox4x32-10 + box-muller, float32 (dpbench.privacy._philox)"
     assert pytorch["noise"] == "torch normal_ (cpu)"
     assert fast["metrics"]["test_loss"] != pytorch["metrics"]["test_loss"]  # other draws, the same mechanism
     assert fast["epsilon"] == pytorch["epsilon"] and fast["noise_multiplier"] == pytorch["noise_multiplier"]
@@ -259,7 +260,7 @@ def test_the_catalog_lists_what_the_registry_registers(tmp_path):
 
 def revealing(seeds):
     """The seeds and every stream seed derived from them, as text: none may be written anywhere."""
-    from dpbench import streams
+    from dpbench.privacy import streams
 
     found = {str(seed) for seed in seeds}
     for seed in seeds:
@@ -274,7 +275,7 @@ def written(home):
 
 
 def test_secret_seed_runs_differ_and_write_their_seed_nowhere(capsys, monkeypatch, isolated_home):
-    from dpbench import streams
+    from dpbench.privacy import streams
     from tests.test_wandb import logged
 
     drawn, draw = [], streams.secret_seed
@@ -296,9 +297,9 @@ def test_secret_seed_runs_differ_and_write_their_seed_nowhere(capsys, monkeypatc
         assert not [value for value in hidden if value in text]
     for path, data in written(isolated_home).items():
         assert not [value for value in hidden if value.encode() in data], path
-    from dpbench import leaderboard_model
+    from dpbench.board import model as board_model
 
-    [table] = leaderboard_model.build_tables(store.load())
+    [table] = board_model.build_tables(store.load())
     assert [cell.n_seeds for cell in table.cells.values()] == [2]  # two secret seeds are two seeds
 
 

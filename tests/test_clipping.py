@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from dpbench.clipping import VmapClipper, clip_factors
+from dpbench.privacy.clipping import VmapClipper, clip_factors
 from dpbench.task import Classification
 
 

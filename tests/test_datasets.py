@@ -1,4 +1,4 @@
-"""dpbench.datasets on the offline mirror of canonical files.
+"""dpbench.data.datasets on the offline mirror of canonical files.
 
 The mirror is ``$DPBENCH_TEST_MIRROR``, by default ``<repo root>/../shared/data``; tests that need it are skipped when
 it does not exist. Each dataset is loaded once per module (kddcup99 takes a few seconds).
@@ -20,8 +20,8 @@ import pytest
 import sklearn.datasets
 import torch
 
-from dpbench import data, datasets
-from dpbench.data import DataError
+from dpbench.data import files, datasets
+from dpbench.data.files import DataError
 
 MIRROR = Path(
     os.environ.get("DPBENCH_TEST_MIRROR") or (Path(__file__).resolve().parents[1] / ".." / "shared" / "data")
@@ -178,7 +178,7 @@ def test_missing_file_error_says_where_to_put_it(tmp_path, monkeypatch, loader, 
         monkeypatch.setenv("DPBENCH_MIRROR", str(mirror))
     else:
         monkeypatch.delenv("DPBENCH_MIRROR", raising=False)
-    monkeypatch.setattr(datasets, "fetch", lambda file: data.fetch(dataclasses.replace(file, url=UNREACHABLE)))
+    monkeypatch.setattr(datasets, "fetch", lambda file: files.fetch(dataclasses.replace(file, url=UNREACHABLE)))
     with pytest.raises(DataError) as error:
         getattr(datasets, loader)()
     message = str(error.value)

@@ -1,4 +1,4 @@
-"""Multi-process DP training (``dpbench run --devices 2``, dpbench/distributed.py) with two real CPU processes under
+"""Multi-process DP training (``dpbench run --devices 2``, dpbench/run/distributed.py) with two real CPU processes under
 Lightning's DDP launcher, on adult and on mnist_mlp (issue 18):
 
 * the noise: every rank's release equals rank 0's (one all-reduce), and with every clipped gradient zero (a probe
@@ -22,7 +22,8 @@ import pytest
 import torch
 from scipy import stats
 
-from dpbench import engine
+from dpbench.run import engine
+from dpbench.spec import RunSpec
 
 REPO = Path(__file__).resolve().parents[1]
 SEEDS = range(5)
@@ -127,7 +128,7 @@ def alone(plugin, record, monkeypatch, method, task, seed, args) -> dict:
     record.mkdir(parents=True, exist_ok=True)
     monkeypatch.setenv("DPBENCH_TEST_INDICES", str(record))
     overrides = {"epochs": int(args[1]), "batch_size": int(args[3])}
-    return engine.run(engine.RunSpec(method=method, task=task, noise_multiplier=1.5, seed=seed, overrides=overrides,
+    return engine.run(RunSpec(method=method, task=task, noise_multiplier=1.5, seed=seed, overrides=overrides,
                                      plugins=[str(plugin)], progress_bar=False, no_wandb=True))
 
 

@@ -6,12 +6,12 @@ import pytorch_lightning as pl
 import torch
 
 from dpbench import registry
-from dpbench.engine import resolve_hyperparameters
-from dpbench.training import PrivateTraining
 from dpbench.method import GradientMechanism
 from dpbench.methods.dpadam import DPAdam
 from dpbench.methods.dpadam_bc import DPAdamBC
-from dpbench.sampling import IndexedTensors, PoissonSampler
+from dpbench.privacy.sampling import IndexedTensors, PoissonSampler
+from dpbench.run.training import PrivateTraining
+from dpbench.spec import resolve_hyperparameters
 from dpbench.task import TaskData
 from dpbench.tasks.linear import LinearClassification
 

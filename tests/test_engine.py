@@ -5,11 +5,14 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from dpbench import registry, streams
-from dpbench.engine import RunSpec, UsageError, resolve_hyperparameters, run
-from dpbench.training import PrivateTraining
+from dpbench import registry
+from dpbench.errors import UsageError
 from dpbench.method import Method
-from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
+from dpbench.privacy import streams
+from dpbench.privacy.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
+from dpbench.run.engine import run
+from dpbench.run.training import PrivateTraining
+from dpbench.spec import RunSpec, resolve_hyperparameters
 
 METHODS = registry.methods([])
 TASKS = registry.tasks([])

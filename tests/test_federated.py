@@ -9,10 +9,14 @@ import pytest
 import torch
 from torch import nn
 
-from dpbench import datasets, federated, registry, store, streams
+from dpbench import registry
 from dpbench.cli import main
-from dpbench.fedavg import (CLIENT_CLASSES, AdaDPClients, StackedModel, available_client_size, average, client_split,
-                            local_round, make_clients)
+from dpbench.data import datasets
+from dpbench.federated import experiment
+from dpbench.federated.fedavg import (CLIENT_CLASSES, AdaDPClients, StackedModel, available_client_size, average, client_split,
+                                      local_round, make_clients)
+from dpbench.privacy import streams
+from dpbench.results import store
 from dpbench.method import GradientMechanism
 from tests.test_wandb import logged
 
@@ -284,13 +288,13 @@ def test_smoke_profile_end_to_end(cifar_home, capsys, method):
     assert record["settings"]["rounds"] == 2 and record["settings"]["clients"] == 5
     assert record["settings"]["random_fraction"] == pytest.approx(1 / 3) and record["settings"]["client_size"] == 200
     assert record["settings"]["local_steps"] == (10 if method == "ada_dp" else 20)
-    assert record["hyperparameters"] == federated.HYPERPARAMETERS[method]
+    assert record["hyperparameters"] == experiment.HYPERPARAMETERS[method]
     assert [row["round"] for row in record["history"]] == [1, 2]
     assert record["metrics"]["test_accuracy"] == record["history"][-1]["test_accuracy"]
     assert 0 < record["metrics"]["test_accuracy"] < 1 and record["n_test"] == 10000
     assert [sum(counts) for counts in record["split"]["class_counts"]] == [200] * 5
     assert record["data_id"] == "cifar10-jpeg-train40k-first2000" and record["git_commit"]
-    assert set(record["code"]["federated"]) == {"dpbench/fedavg.py", "dpbench/federated.py"}
+    assert set(record["code"]["federated"]) == {"dpbench/federated/fedavg.py", "dpbench/federated/experiment.py"}
     if method == "ada_dp":
         assert len(record["history"][0]["client_lr"]) == 5
     # Stored, as a federated record the leaderboard and the sweep do not read.
@@ -342,7 +346,7 @@ def test_too_large_client_size_is_refused(cifar_home, refused):
 
 
 def test_leaderboard_and_sweep_read_no_federated_record(isolated_home, capsys):
-    from dpbench import sweep
+    from dpbench.board import sweep
 
     federated_record = {"kind": "federated", "task": "breast_cancer", "method": "fedavg", "data_id": "breast_cancer",
                         "created_at": "2026-01-01T00:00:00+00:00", "run_id": "0123456789abcdef", "seed": 0,

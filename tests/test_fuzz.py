@@ -27,9 +27,15 @@ import pytorch_lightning as pl
 from hypothesis import HealthCheck, Phase, event, example, given, settings
 from hypothesis import strategies as st
 
-from dpbench import choices, engine, registry, release, store, sweep, tracking, tuning, tuning_plan
+from dpbench import choices, registry
+from dpbench.board import sweep
 from dpbench.cli import main
-from dpbench.records import LEDGER_VERSION
+from dpbench.release import runner
+from dpbench.results import store, tracking
+from dpbench.results.records import LEDGER_VERSION
+from dpbench.run import engine
+from dpbench.spec import ENGINE_DEFAULTS
+from dpbench.tuning import plan as tuning_plan, tune
 
 EXAMPLES = int(os.environ.get("DPBENCH_FUZZ_EXAMPLES", "200"))  # 0: only the explicit examples (the bugs found)
 FUZZ = settings(max_examples=max(EXAMPLES, 1), derandomize=True, deadline=None, database=None, print_blob=True,
@@ -56,8 +62,8 @@ def sandbox(tmp_path, monkeypatch):
     """A folder for the paths the generated commands name (an empty folder, a file, a grid...), with training and
     the engine's accountant replaced (module docstring)."""
     monkeypatch.setattr(pl.Trainer, "fit", _trained)
-    monkeypatch.setattr(release, "output_perturbation", _trained)
-    monkeypatch.setattr(release, "approximate_minima_perturbation", _trained)
+    monkeypatch.setattr(runner, "output_perturbation", _trained)
+    monkeypatch.setattr(runner, "approximate_minima_perturbation", _trained)
     pending = sweep.pending  # the grid's cells checked and planned (stored records read), then no cell runs
 
     def planned_then_trained(grid):
@@ -65,7 +71,7 @@ def sandbox(tmp_path, monkeypatch):
         raise Trained
 
     monkeypatch.setattr(sweep, "pending", planned_then_trained)
-    monkeypatch.setattr(tuning, "open_study", _trained)
+    monkeypatch.setattr(tune, "open_study", _trained)
     monkeypatch.setattr(tuning_plan, "calibrate_trial_noise", lambda *args: 1.0)
     monkeypatch.setattr(tuning_plan, "score_noise_multiplier", lambda trial: 1.0)
     monkeypatch.setattr(engine, "calibrate_noise_multiplier", lambda *args: 1.0)
@@ -208,7 +214,7 @@ def _plausible(key: str, default) -> tuple[str, ...]:
 def set_value(method: str, task: str) -> st.SearchStrategy[str]:
     """``--set`` arguments: mostly a key of ``method`` on ``task`` with a plausible value."""
     methods, tasks = registry.methods(), registry.tasks()
-    defaults = {**engine.ENGINE_DEFAULTS, **(methods[method].defaults if method in methods else {}),
+    defaults = {**ENGINE_DEFAULTS, **(methods[method].defaults if method in methods else {}),
                 **(tasks[task].options if task in tasks else {})}
     entries = [st.sampled_from(_plausible(key, default)).map(lambda value, key=key: f"{key}={value}")
                for key, default in defaults.items()]
@@ -381,7 +387,7 @@ def mutated(draw, valid: dict, extra_keys: tuple[str, ...] = ()) -> dict:
 
 @st.composite
 def grid(draw):
-    """A grid near the format (``dpbench.sweep.load_grid``; the keys the lead adds, tracks, trials and
+    """A grid near the format (``dpbench.board.sweep.load_grid``; the keys the lead adds, tracks, trials and
     neighbouring, included), or any JSON."""
     valid = {"tasks": draw(st.lists(name_of(TASKS), max_size=2)), "methods": draw(st.lists(name_of(METHODS),
                                                                                                max_size=2)),
@@ -413,7 +419,7 @@ def test_sweep_command_lines(sandbox, path, rest):
 
 @st.composite
 def search_space(draw):
-    """A search space near the format (``dpbench.tuning.load_search_space``), or any JSON."""
+    """A search space near the format (``dpbench.tuning.tune.load_search_space``), or any JSON."""
     entries = {"lr": {"type": "float", "low": 0.01, "high": 1.0, "log": True},
                "clip": {"type": "float", "low": 0.1, "high": 10.0},
                "momentum": {"type": "categorical", "choices": [0.0, 0.9]},

@@ -3,8 +3,8 @@ import pytest
 import torch
 from torch import nn
 
-from dpbench.clipping import CoordinateAffine, VmapClipper, clip_factors
-from dpbench.ghost import GhostClipper, make_clipper, unsupported_layers
+from dpbench.privacy.clipping import CoordinateAffine, VmapClipper, clip_factors
+from dpbench.privacy.ghost import GhostClipper, make_clipper, unsupported_layers
 from dpbench.task import Classification
 
 
@@ -166,7 +166,7 @@ def test_empty_batch():
 
 @pytest.mark.parametrize("kernel, stride, padding, dilation", [(3, 1, 1, 1), (3, 2, 0, 1), ((2, 3), (1, 2), (1, 0), (2, 1))])
 def test_patch_gram_equals_that_of_unfolded_patches(kernel, stride, padding, dilation):
-    from dpbench.ghost import _patch_gram
+    from dpbench.privacy.ghost import _patch_gram
 
     layer = nn.Conv2d(3, 4, kernel, stride=stride, padding=padding, dilation=dilation)
     x = torch.randn(5, 3, 9, 11, dtype=torch.float64)

@@ -1,4 +1,4 @@
-"""What stands between a run and its record (dpbench/guards.py): layers that mix examples are refused before
+"""What stands between a run and its record (dpbench/privacy/guards.py): layers that mix examples are refused before
 training, and a run whose batches are inconsistent with its record, or whose spent ε exceeds its target, is
 refused after it. The wiring tests follow each example index from the sampler to the loss the method's gradient is
 computed from, on every path that trains: one run, batched seeds and tuning trials."""
@@ -11,10 +11,15 @@ import torch
 from scipy import stats
 from torch import nn
 
-from dpbench import catalog, engine, guards, multiseed, registry, sampling, store, tuning
+from dpbench import catalog, registry
 from dpbench.cli import main
-from dpbench.engine import RunSpec
+from dpbench.errors import UsageError
+from dpbench.privacy import guards, sampling
+from dpbench.results import store
+from dpbench.run import engine, multiseed
+from dpbench.spec import RunSpec
 from dpbench.tasks.linear import Digits
+from dpbench.tuning import tune
 
 # ---- layers that mix examples ------------------------------------------------------------------------------------
 
@@ -101,7 +106,7 @@ def test_the_check_leaves_the_model_as_it_was():
     task.prepare()
     task.model = nn.Sequential(nn.BatchNorm1d(64, track_running_stats=True), task.model)
     before = {k: v.clone() for k, v in task.model.state_dict().items()}
-    with pytest.raises(engine.UsageError):
+    with pytest.raises(UsageError):
         guards.refuse_example_mixing(task, task.data.x_test[:3])
     assert all(torch.equal(before[k], v) for k, v in task.model.state_dict().items())
 
@@ -246,7 +251,7 @@ def test_tuning_trials_train_on_the_training_part_at_the_planned_rate(indexed, c
                  "--trials", "2", "--mode", "adaptive", "--no-wandb", "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
     tuned = record["tuning"]
-    held_out = tuning.ValidationSplit(0.1, 0, 0.0, 0).mask(1437)
+    held_out = tune.ValidationSplit(0.1, 0, 0.0, 0).mask(1437)
     training_part = [i for i in range(1437) if not held_out[i]]
     counts = Counter(torch.cat(IndexedDigits.seen).tolist())
     releases = 2 * tuned["gradient_evaluations"]

@@ -1,4 +1,4 @@
-"""Isolated methods (dpbench/isolation.py): the method's process cannot reach the training data, computes what the
+"""Isolated methods (dpbench/run/isolation.py): the method's process cannot reach the training data, computes what the
 in-process method computes, and the board marks plugins by how they ran (issue 31, item 3)."""
 import shutil
 import sys
@@ -6,8 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from dpbench import engine, leaderboard, store
+from dpbench.board import leaderboard
 from dpbench.errors import UsageError
+from dpbench.results import store
+from dpbench.run import engine
+from dpbench.spec import RunSpec
 
 CHEATERS = str(Path(__file__).parent / "cheaters")
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
@@ -15,13 +18,13 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 def run(method, task="breast_cancer", isolate=False, plugins=(CHEATERS,), **changes):
     changes.setdefault("overrides", {"epochs": 5})
-    spec = engine.RunSpec(method=method, task=task, epsilon=changes.pop("epsilon", 0.05), plugins=list(plugins),
+    spec = RunSpec(method=method, task=task, epsilon=changes.pop("epsilon", 0.05), plugins=list(plugins),
                           progress_bar=False, no_wandb=True, isolate=isolate, **changes)
     return engine.run(spec)
 
 
 def board_labels():
-    """Every row label of the board built from the store's runs and audits (dpbench.leaderboard)."""
+    """Every row label of the board built from the store's runs and audits (dpbench.board.leaderboard)."""
     return [label for table in leaderboard._tables(store.load(kind=None)) for label in table.row_labels().values()]
 
 
@@ -40,7 +43,7 @@ def test_the_evader_cheats_in_process_and_only_runs_dp_sgd_isolated():
 
 
 def test_the_board_never_certifies_an_in_process_plugin(mirror):
-    from dpbench import audit
+    from dpbench.trust import audit
 
     run("cheat_audit_evader")
     run("cheat_audit_evader", isolate=True)
@@ -95,7 +98,7 @@ def test_a_plugin_naming_its_module_as_a_built_ins_is_still_an_external_plugin(t
     """The review's masquerade: a plugin file that sets ``__name__ = "dpbench.methods.sneaky"`` was recorded as
     built-in (no plugin mark on the board). A method described by the isolated process is a plugin, whatever it
     says of itself."""
-    from dpbench import isolation
+    from dpbench.run import isolation
 
     (tmp_path / "sneaky.py").write_text(
         "import sys\n_real = __name__\n"

@@ -9,10 +9,12 @@ import subprocess
 
 import pytest
 
-from dpbench import leaderboard, leaderboard_model, leaderboard_text, registry, store
+from dpbench import registry
+from dpbench.board import leaderboard, model as board_model, text as board_text
+from dpbench.board.published import PUBLISHED
 from dpbench.cli import main
-from dpbench.published import PUBLISHED
-from dpbench.records import LEDGER_VERSION
+from dpbench.results import store
+from dpbench.results.records import LEDGER_VERSION
 
 CHROMIUM = shutil.which("chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -74,13 +76,13 @@ def test_only_runs_sharing_delta_sampler_accountant_and_tuning_share_a_cell(tmp_
         ["random-stopping", "oracle"]
     assert by_runs[frozenset(r["run_id"] for r in tuned)]["tuning"] == "adaptive"
     # Different δ: a table of its own, not just a cell.
-    tables = leaderboard_model.build_tables(store.load())
+    tables = board_model.build_tables(store.load())
     assert sorted(table.delta for table in tables) == [1e-7, 1e-6]
 
 
 def test_mean_standard_deviation_and_seed_count_over_seeds():
     runs = [add_run(0.8, seed=0), add_run(0.9, seed=1), add_run(0.7, seed=2)]
-    [table] = leaderboard_model.build_tables(store.load())
+    [table] = board_model.build_tables(store.load())
     [cell] = table.cells.values()
     assert cell.mean == pytest.approx(0.8)
     assert cell.std == pytest.approx(math.sqrt((0.0**2 + 0.1**2 + 0.1**2) / 2))  # sample std, n − 1
@@ -91,7 +93,7 @@ def test_a_seed_run_twice_counts_once_with_the_mean_of_its_runs():
     add_run(0.6, seed=0)
     add_run(0.8, seed=1)
     add_run(1.0, seed=1, created_at="2025-01-02T00:00:00+00:00")
-    [table] = leaderboard_model.build_tables(store.load())
+    [table] = board_model.build_tables(store.load())
     [cell] = table.cells.values()
     assert cell.n_seeds == 2 and len(cell.run_ids) == 3
     assert cell.mean == pytest.approx((0.6 + 0.9) / 2)
@@ -104,9 +106,9 @@ def test_csv_columns_and_values(tmp_path):
     baseline = add_run(0.95, **nonprivate_fields())
     single = add_run(0.7, method="dpgd", seed=4)
     rows = csv_rows(tmp_path)
-    assert set(leaderboard_text.CSV_COLUMNS) >= {"task", "data_id", "method", "epsilon", "delta", "tuning", "metric",
+    assert set(board_text.CSV_COLUMNS) >= {"task", "data_id", "method", "epsilon", "delta", "tuning", "metric",
                                             "mean", "std", "n_seeds", "accountant", "sampler", "run_ids"}
-    assert list(rows[0]) == leaderboard_text.CSV_COLUMNS
+    assert list(rows[0]) == board_text.CSV_COLUMNS
     by_id = {row["run_ids"]: row for row in rows}
     pair = by_id[f"{first['run_id']} {second['run_id']}"]
     assert {key: pair[key] for key in ("task", "data_id", "method", "epsilon", "epsilon_kind", "delta", "tuning",

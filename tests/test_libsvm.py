@@ -6,10 +6,10 @@ import json
 import pytest
 import torch
 
-from dpbench import data, libsvm, rows
 from dpbench.cli import main
-from dpbench.clipping import VmapClipper
-from dpbench.ghost import GhostClipper
+from dpbench.data import files, libsvm, rows
+from dpbench.privacy.clipping import VmapClipper
+from dpbench.privacy.ghost import GhostClipper
 from dpbench.tasks.linear import Adult
 
 
@@ -36,7 +36,7 @@ def test_loaders_read_the_canonical_format_as_sparse_unit_rows(libsvm_mirror, na
     assert loaded.x_train.shape == (n_train, libsvm.FEATURES[name]) and len(loaded.y_test) == n_test
     assert set(loaded.y_train.tolist()) <= {0, 1}
     torch.testing.assert_close(rows.squared_norms(loaded.x_train), torch.ones(n_train))
-    sha = data._digest(libsvm_mirror / libsvm.FILES[name].folder / libsvm.FILES[name].name, "sha256", False)
+    sha = files._digest(libsvm_mirror / libsvm.FILES[name].folder / libsvm.FILES[name].name, "sha256", False)
     assert f"sha256 {sha}" in loaded.preprocessing and "unit L2 norm" in loaded.preprocessing
 
 
@@ -45,13 +45,13 @@ def test_a_file_that_changed_after_its_first_use_is_refused(libsvm_mirror):
     remote = libsvm.FILES["rcv1"]
     libsvm.write_synthetic(libsvm_mirror / remote.folder / remote.name, 800, libsvm.FEATURES["rcv1"], 0.002, seed=99)
     libsvm._LOADED.clear()
-    with pytest.raises(data.DataError, match="but the copy first used here had"):
+    with pytest.raises(files.DataError, match="but the copy first used here had"):
         libsvm.load("rcv1")
 
 
 def test_a_file_of_another_shape_is_refused(libsvm_mirror, monkeypatch):
     monkeypatch.setitem(libsvm.ROWS, "rcv1", 20242)
-    with pytest.raises(data.DataError, match="the canonical file has 20242 rows"):
+    with pytest.raises(files.DataError, match="the canonical file has 20242 rows"):
         libsvm.load("rcv1")
 
 

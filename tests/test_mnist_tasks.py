@@ -1,4 +1,4 @@
-"""mnist_mlp's networks and profiles, and the DP-PCA of dpbench/pca.py."""
+"""mnist_mlp's networks and profiles, and the DP-PCA of dpbench/privacy/pca.py."""
 import json
 
 import dp_accounting
@@ -8,10 +8,12 @@ import torch
 from dp_accounting import pld
 from torch import nn
 
-from dpbench import datasets, registry, streams
+from dpbench import registry
 from dpbench.cli import main
-from dpbench.pca import dp_pca, noisy_covariance
-from dpbench.privacy import calibrate_noise_multiplier
+from dpbench.data import datasets
+from dpbench.privacy import streams
+from dpbench.privacy.accounting import calibrate_noise_multiplier
+from dpbench.privacy.pca import dp_pca, noisy_covariance
 
 MNISTMLP = registry.tasks([])["mnist_mlp"]
 

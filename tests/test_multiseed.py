@@ -5,13 +5,16 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from dpbench import multiseed, registry, store
-from dpbench.clipping import clip_factors
-from dpbench.engine import RunSpec, resolve_hyperparameters, run
-from dpbench.ghost import GhostClipper
+from dpbench import registry
 from dpbench.method import stacked
-from dpbench.training import PrivateTraining
-from dpbench.sampling import IndexedTensors, PoissonSampler
+from dpbench.privacy.clipping import clip_factors
+from dpbench.privacy.ghost import GhostClipper
+from dpbench.privacy.sampling import IndexedTensors, PoissonSampler
+from dpbench.results import store
+from dpbench.run import multiseed
+from dpbench.run.engine import run
+from dpbench.run.training import PrivateTraining
+from dpbench.spec import RunSpec, resolve_hyperparameters
 
 METHODS = registry.methods([])
 _LOCKSTEP = multiseed._lockstep
@@ -182,7 +185,7 @@ def test_many_runs_train_in_groups_that_bound_a_steps_memory(monkeypatch):
     """Runs beyond MAX_PAIRS_PER_STEP (expected rows per step, summed) train in the next group: 80 full-batch
     trials on kddcup99 in one step held 28 million pairs and were killed for memory. A trial's split of the training
     data is one tensor for all trials (80 copies took 13 GB)."""
-    from dpbench.tuning_privacy import ValidationSplit
+    from dpbench.tuning.accounting import ValidationSplit
 
     spec = RunSpec(method="dpsgd", task="breast_cancer", epsilon=1.0, overrides={"epochs": 1, "batch_size": 100},
                    progress_bar=False, no_wandb=True, append_to_store=False)
@@ -322,7 +325,7 @@ def test_batched_runs_that_differ_in_one_respect_are_refused(other, message):
 
 def test_release_methods_are_not_batched():
     specs = [batch_spec(method="output_perturbation", overrides={}, seed=seed) for seed in (0, 1)]
-    with pytest.raises(multiseed.NotBatchable, match="releases through dpbench.release"):
+    with pytest.raises(multiseed.NotBatchable, match="releases through dpbench.release.mechanisms"):
         multiseed.run_batch(specs)
 
 

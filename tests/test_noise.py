@@ -1,4 +1,4 @@
-"""The gradient noise sampler (dpbench/_philox.c, dpbench/noise.py): its bits, its numbers, its distribution.
+"""The gradient noise sampler (dpbench/privacy/_philox.c, dpbench/privacy/noise.py): its bits, its numbers, its distribution.
 
 ``stream`` below transcribes the specification in ``_philox.c`` in NumPy, operation for operation in float32;
 its Philox bits are checked against Random123's known answers and randomgen's implementation, and the compiled
@@ -14,8 +14,8 @@ import pytest
 import torch
 from scipy import stats
 
-from dpbench import noise, streams
-from dpbench.noise import GaussianNoise
+from dpbench.privacy import noise, streams
+from dpbench.privacy.noise import GaussianNoise
 
 REPO = Path(__file__).resolve().parents[1]
 fill_normal = noise.fill_normal
@@ -95,7 +95,7 @@ def stream(key, counter, n, std):
 
 
 def test_the_extension_is_built():
-    assert fill_normal is not None, "dpbench._philox was not built: install with a C compiler (pip install -e .)"
+    assert fill_normal is not None, "dpbench.privacy._philox was not built: install with a C compiler (pip install -e .)"
 
 
 @pytest.mark.parametrize(("counter", "key", "expected"), [  # Random123's kat_vectors for philox4x32_10

@@ -6,9 +6,9 @@ import textwrap
 import pytest
 import torch
 
-from dpbench import engine, training
 from dpbench.cli import main
-from dpbench.clipping import VmapClipper
+from dpbench.privacy.clipping import VmapClipper
+from dpbench.run import engine, training
 from dpbench.task import TaskData
 from dpbench.tasks.linear import LinearClassification, MNISTLogReg
 from dpbench.tasks.mnist import MNISTMLP

@@ -7,8 +7,9 @@ import torch
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from dpbench import registry, release
+from dpbench import registry
 from dpbench.cli import main
+from dpbench.release import mechanisms
 
 OutputPerturbation = registry.methods([])["output_perturbation"]
 
@@ -127,7 +128,7 @@ def exact_gaussian_std(epsilon, delta):
 
 @pytest.mark.parametrize("epsilon, delta", [(0.1, 1 / 36177**2), (1.0, 1e-5), (4.0, 1e-6), (0.02, 1e-9)])
 def test_noise_is_the_exact_analytic_gaussian_mechanism(epsilon, delta):
-    sigma = release.gaussian_noise_multiplier(epsilon, delta)
+    sigma = mechanisms.gaussian_noise_multiplier(epsilon, delta)
     exact = exact_gaussian_std(epsilon, delta)
     assert exact <= sigma <= exact * (1 + 1e-4)  # never less noise than the exact mechanism needs
     if epsilon < 1:  # the classic bound, valid only there, asks for more
@@ -136,7 +137,7 @@ def test_noise_is_the_exact_analytic_gaussian_mechanism(epsilon, delta):
 
 def test_gaussian_output_adds_sigma_times_sensitivity_and_charges_at_most_epsilon():
     theta = torch.zeros(20000, dtype=torch.float64)
-    noisy, entry = release.gaussian_output(theta, 0.03, 1.0, 1e-5, torch.Generator().manual_seed(0))
+    noisy, entry = mechanisms.gaussian_output(theta, 0.03, 1.0, 1e-5, torch.Generator().manual_seed(0))
     s = exact_gaussian_std(1.0, 1e-5) * 0.03
     assert entry.noise_std == pytest.approx(s, rel=1e-4) and entry.sensitivity == 0.03
     assert noisy.std().item() == pytest.approx(s, rel=0.02) and noisy.mean().abs() < 0.03 * s

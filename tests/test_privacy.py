@@ -12,9 +12,9 @@ from scipy.optimize import brentq
 from scipy.special import gammaln, logsumexp
 from scipy.stats import norm
 
-from dpbench import privacy
 from dpbench.cli import main
-from dpbench.privacy import GaussianReleases, calibrate_noise_multiplier, epsilon
+from dpbench.privacy import accounting
+from dpbench.privacy.accounting import GaussianReleases, calibrate_noise_multiplier, epsilon
 
 GRID = [(0.004, 1.1, 15000), (0.01, 0.8, 1000), (0.1, 2.0, 500), (0.001, 0.6, 10000), (0.05, 1.0, 200), (1.0, 5.0, 100)]
 ORDERS = np.concatenate([np.linspace(1.01, 8, 100), np.arange(8, 256, 0.5)])
@@ -123,18 +123,18 @@ def test_the_per_epoch_log_composes_incrementally_to_the_whole_runs_rdp_figure(s
     mechanism computed from scratch (dp-accounting's RDP accountant; under replace-one through rdp_curve)."""
     orders = np.asarray(dp_accounting.rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
     data_release = (dp_accounting.GaussianDpEvent(30.0),) if preceded else ()
-    template = privacy.GaussianReleases(0.02 if sampler == "poisson" else 1.0, 1.3, 0, sampler, 50, data_release,
+    template = accounting.GaussianReleases(0.02 if sampler == "poisson" else 1.0, 1.3, 0, sampler, 50, data_release,
                                         neighbouring)
-    log = privacy.epsilon_log(template, 1e-6)
+    log = accounting.epsilon_log(template, 1e-6)
     for count in (1, 49, 50, 51, 500):
         releases = dataclasses.replace(template, releases=count)
         if neighbouring == "add-remove":
             expected = dp_accounting.rdp.RdpAccountant(list(orders)).compose(releases.event()).get_epsilon(1e-6)
         else:
-            curve = privacy.rdp_curve(releases.event(), orders, neighbouring)
+            curve = accounting.rdp_curve(releases.event(), orders, neighbouring)
             expected = dp_accounting.rdp.compute_epsilon(orders, curve, 1e-6)[0]
         assert log(count) == pytest.approx(expected, rel=1e-9), count
-    assert privacy.epsilon_log(dataclasses.replace(template, preceded_by=()), 1e-6)(0) == 0.0
+    assert accounting.epsilon_log(dataclasses.replace(template, preceded_by=()), 1e-6)(0) == 0.0
 
 
 # ---- every (sampler, relation, accountant) the CLI accepts, against computations written out here ----------------
@@ -209,7 +209,7 @@ REFUSED = {("poisson", "replace-one", "rdp"): "no replace-one analysis of Poisso
 def test_every_sampler_relation_and_accountant_the_cli_accepts_matches_an_independent_computation(
         capsys, refused, sampler, relation, accountant):
     """A DP-SGD run calibrated to ε = 1 over 3 epochs of breast_cancer: its σ, q and noisy-gradient count, put
-    through a computation written here (not dpbench.privacy, not dp-accounting's accountants), must give the
+    through a computation written here (not dpbench.privacy.accounting, not dp-accounting's accountants), must give the
     record's ε and at most the target. Shuffled batches: one Gaussian of sensitivity 2C per epoch under replace-one,
     i.e. RDP 3·α·2²/(2σ²) and, exactly, a Gaussian with μ = 2√3/σ; Poisson: Mironov et al.'s integer-order RDP and a
     brute-force PLD. The combinations without an analysis here are refused."""

@@ -1,4 +1,4 @@
-"""Crash-safe resume (dpbench/checkpoint.py): a run killed and resumed gives the uninterrupted run's record, a kill
+"""Crash-safe resume (dpbench/run/checkpoint.py): a run killed and resumed gives the uninterrupted run's record, a kill
 while writing a checkpoint or appending to the results store leaves nothing half written, and resuming with other
 settings is refused."""
 import json
@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpbench import checkpoint, engine, store
 from dpbench.cli import main
+from dpbench.results import store
+from dpbench.run import checkpoint, engine
+from dpbench.spec import RunSpec
 
 #: What two runs of the same settings may differ in.
 TIMING = {"train_seconds", "created_at", "run_id"}
@@ -108,7 +110,7 @@ def test_resuming_from_any_checkpoint_gives_the_uninterrupted_record(tmp_path, m
             shutil.copy(path, copies[-1])
 
     monkeypatch.setattr(checkpoint, "atomic_write", keep_copies)
-    spec = engine.RunSpec(method=method, task=task, noise_multiplier=None if method == "nonprivate" else 1.0,
+    spec = RunSpec(method=method, task=task, noise_multiplier=None if method == "nonprivate" else 1.0,
                           overrides=overrides, plugins=[plugin], progress_bar=False, no_wandb=True,
                           checkpoint_dir=str(tmp_path / "run"), checkpoint_every=1)
     uninterrupted = comparable(engine.run(spec))

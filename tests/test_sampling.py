@@ -4,8 +4,8 @@ import pytest
 import torch
 from scipy import stats
 
-from dpbench import sampling
-from dpbench.sampling import IndexedTensors, PoissonSampler, ShuffleSampler, poisson_batch, poisson_batches
+from dpbench.privacy import sampling
+from dpbench.privacy.sampling import IndexedTensors, PoissonSampler, ShuffleSampler, poisson_batch, poisson_batches
 
 
 @pytest.mark.parametrize("n, q", [(6, 0.3), (5, 0.8), (7, 0.05)])

@@ -7,9 +7,10 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from dpbench import datasets, store
 from dpbench.cli import main
-from dpbench.ghost import unsupported_layers
+from dpbench.data import datasets
+from dpbench.privacy.ghost import unsupported_layers
+from dpbench.results import store
 from dpbench.tasks.snli import OFFLINE_ENCODER, SNLI, load_encoder
 
 

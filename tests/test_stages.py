@@ -1,7 +1,7 @@
-"""Staged progress (dpbench.stages): stage labels, dropped stages, the estimate for all stages left."""
+"""Staged progress (dpbench.data.stages): stage labels, dropped stages, the estimate for all stages left."""
 import time
 
-from dpbench import stages
+from dpbench.data import stages
 
 
 def test_outside_a_plan_nothing_changes():

@@ -1,7 +1,7 @@
 """The results store under concurrent writers."""
 import multiprocessing
 
-from dpbench import store
+from dpbench.results import store
 
 
 def _append_after(barrier, path, index):

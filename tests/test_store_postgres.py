@@ -9,15 +9,15 @@ import sys
 import time
 from pathlib import Path
 
-from dpbench import store
 from dpbench.cli import main
+from dpbench.results import store
 from tests.test_leaderboard import add_run, nonprivate_fields
 
 WRITERS, RECORDS = 4, 200
 
 WRITER = r'''
 import sys
-from dpbench import store
+from dpbench.results import store
 url, writer, count, log = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 with open(log, "w") as committed:
     for number in range(count):

@@ -1,4 +1,4 @@
-"""Independent random streams (dpbench.streams): no two purposes of a run share a generator state.
+"""Independent random streams (dpbench.privacy.streams): no two purposes of a run share a generator state.
 
 The attacks of the privacy review are kept as tests: with the sampler seeded by the run seed itself, the initial
 weights of ``mnist_mlp`` gave away epoch 0's first batch, and a tuning trial's score noise was trial 0's batch draw."""
@@ -7,8 +7,10 @@ import math
 import pytest
 import torch
 
-from dpbench import engine, sampling, streams, tuning
-from dpbench.engine import RunSpec
+from dpbench.privacy import sampling, streams
+from dpbench.run import engine
+from dpbench.spec import RunSpec
+from dpbench.tuning import tune
 
 PURPOSES = [p for p in streams.PURPOSES if p != "sampler"]
 
@@ -88,12 +90,12 @@ class NoCorrectAnswer:
 def test_a_trials_score_noise_is_not_another_trials_batch_draw():
     """Trial k's score noise and trial 0's epoch-k sampler must be independent draws (random stopping assumes
     independent trials)."""
-    plan_ = tuning.plan(tuning.TuneSpec(method="dpsgd", task="digits", epsilon=1.0, seed=0, trials=4,
+    plan_ = tune.plan(tune.TuneSpec(method="dpsgd", task="digits", epsilon=1.0, seed=0, trials=4,
                                         overrides={"epochs": 4}, no_wandb=True))
-    secret = 7  # the study's (dpbench.tuning.study_secret)
-    first_trial = tuning._trial_run_spec(plan_, {}, 0, secret)
+    secret = 7  # the study's (dpbench.tuning.tune.study_secret)
+    first_trial = tune._trial_run_spec(plan_, {}, 0, secret)
     for k in range(1, 4):
-        split = tuning.ValidationSplit(0.1, secret, 1.0, k)
+        split = tune.ValidationSplit(0.1, secret, 1.0, k)
         noise = split.score(NoCorrectAnswer(), (torch.zeros(1, 64), torch.zeros(1, dtype=torch.long), 100))
         noise = noise["noisy_accuracy"] * 10  # (0 correct + N(0, 1)) / (0.1 · 100)
         batch_draw = float(torch.randn((), generator=sampling._generator(first_trial.seed, k)))

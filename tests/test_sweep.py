@@ -3,8 +3,9 @@ import json
 
 import pytest
 
-from dpbench import store, sweep
-from dpbench.sweep import run_grid
+from dpbench.board import sweep
+from dpbench.board.sweep import run_grid
+from dpbench.results import store
 
 
 def test_sweep_batches_the_seeds_it_can_and_resumes(capsys):
@@ -107,7 +108,8 @@ def test_random_stopping_cells_run_one_study_per_seed_each_with_its_own_secret(c
     board groups them into one cell, and a second sweep finds them stored."""
     import optuna
 
-    from dpbench import leaderboard_model, tuning
+    from dpbench.board import model as board_model
+    from dpbench.tuning import tune
 
     grid = {"tasks": ["breast_cancer"], "methods": ["dpsgd"], "epsilons": [1.0], "seeds": 3,
             "tracks": ["random-stopping"], "trials": 2}
@@ -116,17 +118,17 @@ def test_random_stopping_cells_run_one_study_per_seed_each_with_its_own_secret(c
     assert sorted(r["seed"] for r in released) == [0, 1, 2]
     assert all(f"-seed{r['seed']}-" in r["tuning"]["study"] for r in released)
     assert len({r["tuning"]["study_id"] for r in released}) == 3
-    storage = optuna.storages.RDBStorage(tuning.default_storage())
+    storage = optuna.storages.RDBStorage(tune.default_storage())
     studies = [optuna.load_study(study_name=r["tuning"]["study"], storage=storage) for r in released]
-    assert len({tuning.study_secret(study) for study in studies}) == 3
-    [table] = leaderboard_model.build_tables(released)
+    assert len({tune.study_secret(study) for study in studies}) == 3
+    [table] = board_model.build_tables(released)
     assert [cell.n_seeds for cell in table.cells.values()] == [3]
     assert run_grid(grid, progress=False) == {"ran": 0, "already stored": 3, "refused": 0}
     # A record of the tuning that drew K from the public seed (its config without "coins") is not a stored run of
     # this one: a sweep over an old store reruns the study instead of keeping a record whose K can be recomputed.
-    from dpbench import engine
+    from dpbench.results import records
 
     old = json.loads(json.dumps(released[0]))
     del old["tuning"]["config"]["coins"]
     [cell] = sweep.cells(grid)
-    assert sweep.identity(cell) == engine.identity(released[0]) != engine.identity(old)
+    assert sweep.identity(cell) == records.identity(released[0]) != records.identity(old)

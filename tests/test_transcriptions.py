@@ -12,10 +12,10 @@ import pytorch_lightning as pl
 import torch
 
 from dpbench import registry
-from dpbench.clipping import VmapClipper
-from dpbench.engine import resolve_hyperparameters
-from dpbench.training import PrivateTraining
-from dpbench.sampling import IndexedTensors, PoissonSampler
+from dpbench.privacy.clipping import VmapClipper
+from dpbench.privacy.sampling import IndexedTensors, PoissonSampler
+from dpbench.run.training import PrivateTraining
+from dpbench.spec import resolve_hyperparameters
 from dpbench.task import TaskData
 from dpbench.tasks.linear import LinearClassification
 
@@ -84,7 +84,7 @@ def as_matrix(params):
     return np.concatenate([weight, bias[:, None]], axis=1)
 
 
-# The fast clipping bounds AdaCliP's transformed norms from above in float32 (dpbench/ghost.py), so its clip
+# The fast clipping bounds AdaCliP's transformed norms from above in float32 (dpbench/privacy/ghost.py), so its clip
 # factors can be smaller than the exact ones by a relative 1e-7; the reference clipping (torch.func.vmap) is exact.
 CLIPPERS = [(None, 1e-5), (VmapClipper(), 1e-9)]
 

@@ -35,12 +35,13 @@ def worker(url: str, home: Path) -> subprocess.Popen:
 
 def create_study_with_k_4(url: str, monkeypatch) -> None:
     """Create the workers' study here with a secret whose K ~ Poisson(4) is 4 (enough trials for both workers): K
-    comes from the secret a study draws from the OS's entropy (dpbench.tuning), which a test cannot choose."""
-    from dpbench import streams, tuning
+    comes from the secret a study draws from the OS's entropy (dpbench.tuning.tune), which a test cannot choose."""
+    from dpbench.privacy import streams
+    from dpbench.tuning import tune
 
-    secret = next(s for s in range(1000) if tuning.draw_k({"name": "poisson", "mean": 4.0}, s) == 4)
+    secret = next(s for s in range(1000) if tune.draw_k({"name": "poisson", "mean": 4.0}, s) == 4)
     monkeypatch.setattr(streams, "secret_seed", lambda: secret)
-    tuning._open(tuning.TuneSpec(method="dpsgd", task="digits", epsilon=1.0, trials=4.0, k_distribution="poisson",
+    tune._open(tune.TuneSpec(method="dpsgd", task="digits", epsilon=1.0, trials=4.0, k_distribution="poisson",
                                  seed=SEED, overrides={"epochs": 100}, storage=url, study=STUDY, heartbeat_interval=1))
 
 

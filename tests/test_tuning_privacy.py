@@ -1,4 +1,4 @@
-"""The privacy of tuning (dpbench/tuning_privacy.py): the distribution of K, per-trial RDP curves under either
+"""The privacy of tuning (dpbench/tuning/accounting.py): the distribution of K, per-trial RDP curves under either
 relation, the totals of random stopping and adaptive composition against dp-accounting and Papernot & Steinke's
 theorem by hand, the per-trial calibration, and the held-out split with its noisy score."""
 import math
@@ -10,9 +10,9 @@ import torch
 from dp_accounting import pld, rdp
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_impl
 
-from dpbench import tuning_privacy as tp
 from dpbench.task import TaskData
 from dpbench.tasks.linear import Digits
+from dpbench.tuning import accounting as tp
 
 # ---- K ---------------------------------------------------------------------------------------------------------
 

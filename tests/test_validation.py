@@ -1,10 +1,13 @@
-"""The leaderboard's validation track (dpbench/validation.py): every method tuned alike on held-out training data."""
+"""The leaderboard's validation track (dpbench/tuning/validation.py): every method tuned alike on held-out training data."""
 
 import math
 from collections import Counter
 
-from dpbench import engine, multiseed, registry, validation
-from dpbench.tuning_privacy import ValidationSplit
+from dpbench import registry
+from dpbench.results.records import identity
+from dpbench.run import multiseed
+from dpbench.tuning import validation
+from dpbench.tuning.accounting import ValidationSplit
 
 METHODS, TASKS = registry.methods([]), registry.tasks([])
 
@@ -55,7 +58,7 @@ def test_selection_reads_held_out_training_data_only_and_the_records_say_so(monk
     assert all(r["n_train"] == 1437 and r["hyperparameters"]["lr"] == selected for r, selected in
                zip(records, [tuning["selected_params"]["lr"]] * 2))
     # The sweep knows a cell is done from the identity its records have.
-    assert validation.describe("digits", "dpsgd", 2.0, settings) == engine.identity(records[0])
+    assert validation.describe("digits", "dpsgd", 2.0, settings) == identity(records[0])
 
 
 def test_refused_trials_count_and_never_win():
@@ -73,7 +76,7 @@ def test_a_method_with_nothing_to_tune_runs_its_defaults():
 
 
 def test_spread_draws_cover_the_space_evenly_and_reproducibly():
-    from dpbench import search
+    from dpbench.tuning import search
 
     space = {"lr": {"type": "float", "low": 0.01, "high": 100.0, "log": True},
              "clip": {"type": "float", "low": 0.1, "high": 10.0, "log": True},

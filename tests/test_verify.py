@@ -1,4 +1,4 @@
-"""``dpbench verify`` (dpbench/verify.py) on records of small real runs of every kind the sweep and tuning make."""
+"""``dpbench verify`` (dpbench/trust/verify.py) on records of small real runs of every kind the sweep and tuning make."""
 import copy
 import json
 import math
@@ -10,9 +10,12 @@ import pytest
 import torch
 from dp_accounting import pld, rdp
 
-from dpbench import audit, engine, multiseed, records, store, tuning, validation, verify
 from dpbench.cli import main
-from dpbench.engine import RunSpec
+from dpbench.results import records, store
+from dpbench.run import engine, multiseed
+from dpbench.spec import RunSpec
+from dpbench.trust import audit, verify
+from dpbench.tuning import tune, validation
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
@@ -21,7 +24,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 PLUGIN_TASK = '''
 import dp_accounting
 from dataclasses import replace
-from dpbench.privacy import DataRelease
+from dpbench.privacy.accounting import DataRelease
 from dpbench.tasks.linear import Digits
 
 
@@ -70,10 +73,10 @@ def genuine(tmp_path_factory):
                                         progress_bar=False, no_wandb=True, append_to_store=False), [0, 1])
     found["multiseed 0"], found["multiseed 1"] = batch
     for mode, trials in (("random-stopping", 2), ("adaptive", 2), ("oracle", 2)):
-        found[f"tuned {mode}"] = tuning.tune(tuning.TuneSpec(
+        found[f"tuned {mode}"] = tune.tune(tune.TuneSpec(
             method="dpsgd", task="digits", epsilon=1.0, mode=mode, trials=trials, overrides={"epochs": 1},
             storage=f"sqlite:///{folder / 'studies.db'}", store_path=store_path, no_wandb=True))
-    found["tuned output_perturbation"] = tuning.tune(tuning.TuneSpec(
+    found["tuned output_perturbation"] = tune.tune(tune.TuneSpec(
         method="output_perturbation", task="breast_cancer", epsilon=1.0, trials=2, neighbouring="replace-one",
         storage=f"sqlite:///{folder / 'studies.db'}", store_path=store_path, no_wandb=True))
     for method in ("output_perturbation", "amp", "nonprivate"):  # the board's validation track: ε of one run
@@ -190,11 +193,11 @@ def test_the_command(tmp_path, genuine, capsys, refused):
 
 def restated(record, **changes):
     """``record`` with ``changes`` (dotted keys: values) and its ε recomputed by the engine's accountant
-    (``dpbench.privacy``) for the counts and q it then states, resealed: a forgery consistent but in one respect."""
-    from dpbench import privacy
+    (``dpbench.privacy.accounting``) for the counts and q it then states, resealed: a forgery consistent but in one respect."""
+    from dpbench.privacy import accounting
 
     record = forged(record, **{key: lambda _, value=value: value for key, value in changes.items()})
-    releases = privacy.GaussianReleases(record["sample_rate"], record["noise_multiplier"],
+    releases = accounting.GaussianReleases(record["sample_rate"], record["noise_multiplier"],
                                         record["gradient_evaluations"], neighbouring=record["neighbouring"])
     return forged(record, epsilon=lambda _: releases.epsilon(record["delta"], record["accountant"]))
 
@@ -372,7 +375,7 @@ def test_a_tuned_record_charging_another_k_distribution_than_its_config_fails(tm
     epsilon = float(rdp.compute_epsilon(orders, total, found["delta"])[0])
     assert epsilon < found["epsilon"] * 0.9
     cheaper = forged(found, **{"tuning.k_distribution": lambda _: lowered, "epsilon": lambda _: epsilon})
-    assert problems_of(tmp_path, cheaper) == [f"tuning.k_distribution is {lowered!r} but tuning.config.k_distribution "
+    assert problems_of(tmp_path, cheaper) == [f"tuning.k_distribution is {lowered!r} but tune.config.k_distribution "
                                               f"is {tuned['config']['k_distribution']!r}"]
 
 

@@ -1,0 +1,127 @@
+"""``dpbench leaderboard --check``: what a reader would find wrong with a board, listed, unless explained.
+
+Violations (each a line: kind, task, relation, track, method, ε, and the numbers):
+
+* ``above-non-private``: a private cell above the same task's validation-tuned non-private baseline by more than two
+  standard errors of the difference (private training should not beat the tuned non-private reference);
+* ``decreasing``: a method's validation-tuned accuracy dropping by more than two standard errors from one ε to a
+  larger one (a tuned method should not get worse with more budget);
+* ``collapsed``: a cell at the test set's majority-class rate (the model predicts one class).
+
+An exceptions file (JSON list; by default ``exceptions.json`` beside the records file) explains the ones that remain
+after investigation: ``{"kind", "task", "method", "track", "epsilons": [...] or "all", "reason"}`` (``relation``
+optional). An exception must have a reason and must match a violation: stale explanations are violations too.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpbench.board.model import Cell, Table
+from dpbench.errors import UsageError
+
+KINDS = ("above-non-private", "decreasing", "collapsed")
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str
+    task: str
+    relation: str | None
+    track: str
+    method: str
+    epsilon: float | None
+    detail: str
+
+    def line(self) -> str:
+        budget = "non-private" if self.epsilon is None else f"ε = {self.epsilon:g}"
+        relation = f" ({self.relation})" if self.relation else ""
+        return f"{self.kind}: {self.task}{relation} · {self.track} · {self.method} · {budget}: {self.detail}"
+
+
+def _se_difference(a: Cell, b: Cell) -> float:
+    return math.sqrt((a.se or 0.0) ** 2 + (b.se or 0.0) ** 2)
+
+
+def violations(tables: list[Table]) -> list[Violation]:
+    found: list[Violation] = []
+    for table in tables:
+        if table.direction != "higher":
+            continue
+        reference = next((cell for (row, column), cell in table.cells.items()
+                          if column.kind == "non-private" and row.tuning == "validation"), None)
+        for (row, column), cell in table.cells.items():
+            epsilon = None if column.kind == "non-private" else column.epsilon
+            if cell.collapsed:
+                found.append(Violation("collapsed", table.task, table.neighbouring, row.tuning, row.method, epsilon,
+                                       f"mean {cell.mean:.4f} at the majority-class rate {cell.majority_rate:.4f}"))
+            if reference is not None and column.kind != "non-private":
+                excess = cell.mean - reference.mean
+                if excess > 2 * _se_difference(cell, reference) and excess > 0:
+                    found.append(Violation("above-non-private", table.task, table.neighbouring, row.tuning,
+                                           row.method, epsilon, f"{cell.mean:.4f} vs the tuned non-private "
+                                           f"{reference.mean:.4f} (2 SE = {2 * _se_difference(cell, reference):.4f})"))
+        validated: dict[Any, list[tuple[float, Cell]]] = {}
+        for (row, column), cell in table.cells.items():
+            if row.tuning == "validation" and column.kind == "target":
+                validated.setdefault(row, []).append((column.epsilon, cell))
+        for row, points in validated.items():
+            points.sort(key=lambda point: point[0])
+            for (low, a), (high, b) in zip(points, points[1:]):
+                drop = a.mean - b.mean
+                if drop > 2 * _se_difference(a, b) and drop > 0:
+                    found.append(Violation("decreasing", table.task, table.neighbouring, row.tuning, row.method,
+                                           high, f"{b.mean:.4f} at ε = {high:g} vs {a.mean:.4f} at ε = {low:g} "
+                                           f"(2 SE = {2 * _se_difference(a, b):.4f})"))
+    return sorted(set(found), key=lambda v: (v.task, v.kind, v.track, v.method, v.epsilon or 0.0, v.relation or ""))
+
+
+def load_exceptions(path: Path) -> list[dict[str, Any]]:
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise UsageError(f"cannot read the exceptions file {path}: {error}") from None
+    required = {"kind", "task", "method", "track", "epsilons", "reason"}
+    if not isinstance(entries, list) or not all(
+            isinstance(e, dict) and required <= set(e) and e["kind"] in KINDS and isinstance(e["reason"], str)
+            and e["reason"].strip() and (e["epsilons"] == "all" or isinstance(e["epsilons"], list)) for e in entries):
+        raise UsageError(f"{path}: a list of {{{', '.join(sorted(required))}[, relation]}} with a non-empty reason "
+                         f"and kind one of {', '.join(KINDS)}")
+    return entries
+
+
+def _epsilons(entry: dict[str, Any]) -> list[float | None] | str:
+    return "all" if entry["epsilons"] == "all" else [None if e is None else float(e) for e in entry["epsilons"]]
+
+
+def _explains(entry: dict[str, Any], violation: Violation) -> bool:
+    epsilons = _epsilons(entry)
+    return ((entry["kind"], entry["task"], entry["method"], entry["track"]) ==
+            (violation.kind, violation.task, violation.method, violation.track)
+            and entry.get("relation", violation.relation) == violation.relation
+            and (epsilons == "all" or violation.epsilon in epsilons))
+
+
+def _stale(entry: dict[str, Any], found: list[Violation]) -> list[float | str | None]:
+    """The ε an entry lists that match no violation (a rebuilt cell that no longer violates keeps no explanation);
+    an entry for ``"all"`` is stale only if it matches nothing."""
+    matched = {v.epsilon for v in found if _explains(entry, v)}
+    epsilons = _epsilons(entry)
+    if epsilons == "all":
+        return [] if matched else ["all"]
+    return [e for e in epsilons if e not in matched]
+
+
+def check(tables: list[Table], exceptions: list[dict[str, Any]]) -> list[str]:
+    """The lines to report: unexplained violations, and explanations (or listed ε) that match nothing."""
+    found = violations(tables)
+    problems = [v.line() for v in found if not any(_explains(entry, v) for entry in exceptions)]
+    for entry in exceptions:
+        stale = _stale(entry, found)
+        if stale:
+            problems.append(f"stale exception (ε = {', '.join(map(str, stale))} matches no violation): "
+                            f"{json.dumps(entry, ensure_ascii=False)}")
+    return problems

@@ -1,0 +1,379 @@
+"""The leaderboard's model: which runs share a cell, the statistics of a cell, ranks and leaders, collapsed cells.
+
+How runs are grouped, so that no cell mixes runs that are not comparable:
+
+* A table holds the runs of one task, data id, δ, metric and neighbouring relation (ε under add/remove-one and
+  under replace-one are not comparable). δ is compared at 10 significant digits (the release methods record δ as a
+  sum of per-release δ's). Non-private runs appear as the "non-private" column in every table of their task, data
+  id and metric, and in a table of their own when there are no private runs.
+* A row is one method under one track (the record's ``tuning["mode"]``; "none" without tuning), sampler, accountant,
+  code (the sha256 of the method's source files: an edited plugin gets a row of its own) and, for untuned runs, one
+  set of hyperparameters. Tuned runs' hyperparameters are their tuning's output and do not split rows.
+* A column is the run's target ε; runs given a noise multiplier go to "ε ≈ x (spent)" by their spent ε (2
+  significant digits); non-private runs to "non-private".
+* A cell is the runs of one row and column: the mean over seeds, the sample standard deviation, the standard error
+  and a 95% confidence interval (Student's t with n − 1 degrees of freedom); a seed run more than once counts once,
+  with the mean of its runs.
+* Within a track and a column, the leader is the best mean; it is marked the *winner* only where it beats the
+  runner-up at one-sided Welch p < 0.05; otherwise every row not significantly below it (Welch p ≥ 0.05) is marked
+  a *tied leader* (cells of one seed are never marked). Tracks are never ranked against each other: they charge different things to the budget. A row's
+  rank in its track is by its mean rank over the columns it has.
+* A cell whose mean accuracy is within max(0.002, 2 standard errors) of the test set's majority-class rate is
+  *collapsed* (the model predicts one class): flagged, never hidden.
+* A row of an external plugin says so, and how far it can be trusted (:func:`~dpbench.trust.marks.plugin_mark`): "isolated" only when
+  its runs ran the method in a process of its own (``dpbench run --isolate``, :mod:`dpbench.run.isolation`: the method
+  never held the data), otherwise "unverified: in-process plugin"; then, as evidence only, whether a white-box audit
+  of the same code on the task passed (``dpbench audit``): "unaudited" unless one did, "audit failed" if any failed.
+  A passed audit never makes an in-process plugin verified: a plugin can behave differently under audit.
+* The seed papers' published figures (:mod:`dpbench.board.published`) are rows of their own, never averaged with
+  measurements and never ranked.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from scipy import stats
+
+from dpbench.board.published import PUBLISHED, PublishedResult
+from dpbench.errors import UsageError
+from dpbench.trust.marks import plugin_mark
+
+NOT_PRIVATE_TUNING = "tuning not private"
+TRACK_ORDER = ("validation", "random-stopping", "adaptive", "none", "oracle")
+TRACK_NOTES = {
+    "validation": "selection not charged: 16 trials per method on held-out training data, then the seeds",
+    "random-stopping": "tuning charged: the total ε covers the random number of trials (Papernot & Steinke)",
+    "adaptive": "tuning charged: every trial composed",
+    "none": "each method's defaults, the task's epochs and batch size",
+    "oracle": f"{NOT_PRIVATE_TUNING}: selected on the test set",
+}
+_DIRECTIONS = [("accuracy", "higher"), ("error", "lower"), ("loss", "lower")]  # by substring of the metric name
+SIGNIFICANCE = 0.05
+
+
+def _round_significant(value: float, digits: int) -> float:
+    return float(f"{value:.{digits}g}")
+
+
+def tuning_mode(record: dict[str, Any]) -> str:
+    """The record's track: ``tuning["mode"]``, or "none" for records without tuning."""
+    tuning = record.get("tuning")
+    if tuning is None:
+        return "none"
+    if not isinstance(tuning, dict) or not isinstance(tuning.get("mode"), str):
+        raise UsageError(f"run {record.get('run_id')}: 'tuning' must be a dict with a 'mode', got {tuning!r}")
+    return tuning["mode"]
+
+
+def tuning_label(mode: str) -> str:
+    """The track as shown: "oracle" (test-set selection) always says that the tuning was not private."""
+    return f"{mode} ({NOT_PRIVATE_TUNING})" if mode == "oracle" else mode
+
+
+def metric_name(record: dict[str, Any]) -> str:
+    """``test_accuracy`` if the run measured it, else the first metric of the record (by name, as stored)."""
+    metrics = record["metrics"]
+    if "test_accuracy" in metrics:
+        return "test_accuracy"
+    if not metrics:
+        raise UsageError(f"run {record.get('run_id')} has no metrics")
+    return next(iter(metrics))
+
+
+def metric_direction(metric: str) -> str | None:
+    """"higher" or "lower" (is better), or None when the name does not say."""
+    for part, direction in _DIRECTIONS:
+        if part in metric:
+            return direction
+    return None
+
+
+@dataclass(frozen=True, order=True)
+class Column:
+    """An ε column: ``kind`` is "target", "spent" (noise multiplier given) or "non-private"."""
+
+    epsilon: float  # math.inf for non-private
+    kind: str
+
+    @property
+    def label(self) -> str:
+        if self.kind == "non-private":
+            return "non-private"
+        return f"ε ≈ {self.epsilon:g} (spent)" if self.kind == "spent" else f"ε = {self.epsilon:g}"
+
+
+def epsilon_column(record: dict[str, Any]) -> Column:
+    if not record["private"]:
+        return Column(math.inf, "non-private")
+    if record["epsilon_target"] is not None:
+        return Column(_round_significant(record["epsilon_target"], 10), "target")
+    return Column(_round_significant(record["epsilon"], 2), "spent")
+
+
+@dataclass(frozen=True, order=True)
+class Row:
+    tuning: str
+    method: str
+    sampler: str
+    accountant: str  # "" for non-private runs
+    hyperparameters: str  # canonical JSON for untuned runs, "" for tuned ones
+    code: str = ""  # sha256 of the method's source files: runs of different code never share a row
+    external: bool = False  # a user's plugin, not a built-in method
+    isolation: str = ""  # an external plugin's: "process" (dpbench.run.isolation) or "in-process"; "" for built-ins
+
+
+def row_of(record: dict[str, Any]) -> Row:
+    mode = tuning_mode(record)
+    code = (record.get("code") or {}).get("method") or {}
+    return Row(mode, record["method"], str(record["sampler"]), record["accountant"] or "",
+               json.dumps(record["hyperparameters"], sort_keys=True) if mode == "none" else "",
+               code.get("sha256", ""), bool(code.get("external")),
+               (record.get("isolation") or "in-process") if code.get("external") else "")
+
+
+@dataclass
+class Cell:
+    """The runs of one row and column of a table, and their metric over seeds."""
+
+    metric: str
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+    @cached_property
+    def per_seed(self) -> dict[tuple[int, str], float]:
+        """The metric per seed; a ``--secret-seed`` run (seed "secret") is a seed of its own, keyed by its run id."""
+        by_seed: dict[tuple[int, str], list[float]] = defaultdict(list)
+        for run in self.runs:
+            key = (0, run["run_id"]) if run["seed"] == "secret" else (run["seed"], "")
+            by_seed[key].append(run["metrics"][self.metric])
+        return {seed: statistics.fmean(values) for seed, values in sorted(by_seed.items())}
+
+    @property
+    def values(self) -> list[float]:
+        return list(self.per_seed.values())
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values)
+
+    @property
+    def std(self) -> float | None:
+        return statistics.stdev(self.values) if len(self.values) > 1 else None
+
+    @property
+    def n_seeds(self) -> int:
+        return len(self.per_seed)
+
+    @property
+    def se(self) -> float | None:
+        return None if self.std is None else self.std / math.sqrt(self.n_seeds)
+
+    @property
+    def ci95(self) -> tuple[float, float] | None:
+        """Student's t interval for the mean over seeds (None for one seed)."""
+        if self.se is None:
+            return None
+        half = float(stats.t.ppf(0.975, self.n_seeds - 1)) * self.se
+        return self.mean - half, self.mean + half
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [run["run_id"] for run in self.runs]
+
+    @property
+    def majority_rate(self) -> float | None:
+        rates = {run.get("test_majority_rate") for run in self.runs}
+        return rates.pop() if len(rates) == 1 else None
+
+    @property
+    def collapsed(self) -> bool:
+        """Mean accuracy at the majority-class rate of the test set (the model predicts one class)."""
+        rate = self.majority_rate
+        if rate is None or "accuracy" not in self.metric:
+            return False
+        return abs(self.mean - rate) <= max(0.002, 2 * (self.se or 0.0))
+
+
+def welch_greater(better: Cell, other: Cell, sign: int) -> float:
+    """One-sided Welch p-value that ``better``'s mean exceeds ``other``'s (``sign`` −1 where lower is better);
+    1 where either has fewer than 2 seeds."""
+    if better.n_seeds < 2 or other.n_seeds < 2:
+        return 1.0
+    a, b = [sign * v for v in better.values], [sign * v for v in other.values]
+    if statistics.pvariance(a) == 0 and statistics.pvariance(b) == 0:
+        return 0.0 if statistics.fmean(a) > statistics.fmean(b) else 1.0
+    with warnings.catch_warnings():  # nearly equal values (collapsed cells): scipy warns of lost precision
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p = float(stats.ttest_ind(a, b, equal_var=False, alternative="greater").pvalue)
+    return 1.0 if math.isnan(p) else p
+
+
+@dataclass
+class Table:
+    task: str
+    data_id: str
+    delta: float | None  # None: a table of non-private runs only
+    metric: str
+    neighbouring: str | None = None  # of every private run in the table: ε under other relations is not comparable
+    cells: dict[tuple[Row, Column], Cell] = field(default_factory=dict)
+    published: list[PublishedResult] = field(default_factory=list)
+    #: {(method code sha256, task): "passed" | "failed"} from audit records (``dpbench.trust.audit.audit_status``)
+    audits: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    @property
+    def direction(self) -> str | None:
+        return metric_direction(self.metric)
+
+    @property
+    def sign(self) -> int:
+        return -1 if self.direction == "lower" else 1
+
+    @property
+    def runs(self) -> list[dict[str, Any]]:
+        return [run for cell in self.cells.values() for run in cell.runs]
+
+    @property
+    def tracks(self) -> list[str]:
+        present = {row.tuning for row, _ in self.cells}
+        return sorted(present, key=lambda t: (TRACK_ORDER.index(t) if t in TRACK_ORDER else len(TRACK_ORDER), t))
+
+    @property
+    def columns(self) -> list[Column]:
+        columns = {column for _, column in self.cells} | {published_column(entry) for entry in self.published}
+        return sorted(columns)
+
+    def rows(self, track: str | None = None) -> list[Row]:
+        """The rows (of one track), best rank first (see :meth:`ranks`)."""
+        rows = {row for row, _ in self.cells if track is None or row.tuning == track}
+        ranks = self.ranks()
+        return sorted(rows, key=lambda row: (self.tracks.index(row.tuning), ranks.get(row, math.inf), row))
+
+    def ranks(self) -> dict[Row, float]:
+        """Each row's mean rank over its columns among the rows of its track (1 = best)."""
+        if self.direction is None:
+            return {}
+        by_column: dict[tuple[str, Column], list[tuple[float, Row]]] = defaultdict(list)
+        for (row, column), cell in self.cells.items():
+            by_column[row.tuning, column].append((self.sign * cell.mean, row))
+        ranks: dict[Row, list[int]] = defaultdict(list)
+        for scored in by_column.values():
+            for position, (_, row) in enumerate(sorted(scored, key=lambda item: -item[0]), 1):
+                ranks[row].append(position)
+        return {row: statistics.fmean(positions) for row, positions in ranks.items()}
+
+    def leaders(self) -> dict[tuple[Row, Column], str]:
+        """{(row, column): "winner" | "tied"} within each track and column (module docstring)."""
+        if self.direction is None:
+            return {}
+        marks = {}
+        by_column: dict[tuple[str, Column], list[tuple[Row, Cell]]] = defaultdict(list)
+        for (row, column), cell in self.cells.items():
+            by_column[row.tuning, column].append((row, cell))
+        for (_, column), entries in by_column.items():
+            if len(entries) < 2:
+                continue
+            entries.sort(key=lambda entry: -self.sign * entry[1].mean)
+            (best_row, best), (_, runner_up) = entries[0], entries[1]
+            if best.n_seeds < 2 or runner_up.n_seeds < 2:
+                continue  # one seed says nothing about significance: nothing marked
+            if welch_greater(best, runner_up, self.sign) < SIGNIFICANCE:
+                marks[best_row, column] = "winner"
+                continue
+            for row, cell in entries:
+                if cell.n_seeds >= 2 and (row is best_row or welch_greater(best, cell, self.sign) >= SIGNIFICANCE):
+                    marks[row, column] = "tied"
+        return marks
+
+    def row_labels(self) -> dict[Row, str]:
+        """The method, marked if it is an external plugin, with the hyperparameters (or code) that differ between
+        rows of the same method, track, sampler and accountant."""
+        by_method: dict[tuple[str, str, str, str], list[Row]] = defaultdict(list)
+        for row in self.rows():
+            by_method[row.tuning, row.method, row.sampler, row.accountant].append(row)
+        labels = {}
+        for rows in by_method.values():
+            settings = [json.loads(row.hyperparameters) if row.hyperparameters else {} for row in rows]
+            differing = sorted({key for s in settings for key in s if any(o.get(key) != s.get(key) for o in settings)})
+            codes = {row.code for row in rows}
+            for row, setting in zip(rows, settings):
+                shown = [f"{key}={setting.get(key, '—')}" for key in differing]
+                if len(codes) > 1:  # the same method name, different code (an edited plugin)
+                    shown.append(f"code {row.code[:8]}")
+                audit = self.audits.get((row.code, self.task), "unaudited")
+                name = f"{row.method} [external plugin, {plugin_mark(row.isolation, audit)}]" \
+                    if row.external else row.method
+                labels[row] = f"{name} ({', '.join(shown)})" if shown else name
+        return labels
+
+    @property
+    def n_train(self) -> int | None:
+        sizes = {run.get("n_train") for run in self.runs}
+        return sizes.pop() if len(sizes) == 1 else None
+
+    @property
+    def data_notes(self) -> list[str]:
+        return sorted({run["data_note"] for run in self.runs if run.get("data_note")})
+
+    def title(self) -> str:
+        relation = f" · ε under {self.neighbouring} neighbours" if self.neighbouring else ""
+        return f"{self.task} · data {self.data_id} · {self.delta_text()}{relation}"
+
+    def delta_text(self) -> str:
+        if self.delta is None:
+            return "no δ (non-private runs only)"
+        n = self.n_train
+        if n and math.isclose(self.delta, 1 / n**2, rel_tol=1e-9):
+            return f"δ = {self.delta:.3g} (1/n², n = {n:,})"
+        return f"δ = {self.delta:.3g}"
+
+
+def published_column(entry: PublishedResult) -> Column:
+    if entry.epsilon is None:
+        return Column(math.inf, "non-private")
+    return Column(_round_significant(entry.epsilon, 10), "target")
+
+
+def build_tables(records: list[dict[str, Any]], published: list[PublishedResult] = PUBLISHED,
+                 audits: dict[tuple[str, str], str] | None = None) -> list[Table]:
+    """Group records into tables (see the module docstring) and attach the published figures of their tasks and
+    the audits of external plugins."""
+    private: dict[tuple, Table] = {}
+    nonprivate: dict[tuple[str, str, str], dict[tuple[Row, Column], Cell]] = defaultdict(dict)
+    for record in records:
+        metric = metric_name(record)
+        key = (row_of(record), epsilon_column(record))
+        if record["private"]:
+            delta = _round_significant(record["delta"], 10)
+            relation = record.get("neighbouring") or "add-remove"
+            table = private.setdefault((record["task"], record["data_id"], delta, metric, relation),
+                                       Table(record["task"], record["data_id"], delta, metric, relation))
+            cells = table.cells
+        else:
+            cells = nonprivate[record["task"], record["data_id"], metric]
+        cells.setdefault(key, Cell(metric)).runs.append(record)
+    tables = list(private.values())
+    for (task, data_id, metric), cells in nonprivate.items():
+        hosts = [table for table in tables if (table.task, table.data_id, table.metric) == (task, data_id, metric)]
+        if not hosts:
+            hosts = [Table(task, data_id, None, metric)]
+            tables.append(hosts[0])
+        for table in hosts:
+            table.cells.update(cells)  # the same Cell objects: one group, shown in several tables
+    for table in tables:
+        table.published = [entry for entry in published if (entry.task, entry.metric) == (table.task, table.metric)]
+        table.audits = audits or {}
+    return sorted(tables, key=lambda t: (t.task, t.data_id, t.metric, t.delta is None, t.delta or 0.0,
+                                         t.neighbouring or ""))
+
+
+def unmatched_published(tables: list[Table], task: str | None,
+                        published: list[PublishedResult] = PUBLISHED) -> list[PublishedResult]:
+    """Published figures that no table shows (no runs of their task here, or no dpbench task for them)."""
+    shown = {id(entry) for table in tables for entry in table.published}
+    return [entry for entry in published if id(entry) not in shown and (task is None or entry.task == task)]

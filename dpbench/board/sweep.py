@@ -1,0 +1,341 @@
+"""``dpbench sweep``: run a declared grid of cells (track × task × method × ε), resumably, skipping what is stored.
+
+A grid is a JSON file::
+
+    {"tasks": [...], "methods": [...], "epsilons": [...], "seeds": 5,
+     "tracks": ["none", "validation", "random-stopping"], "trials": 16, "neighbouring": "replace-one"}
+
+``tracks`` (default ``["none"]``), ``trials`` (default 16) and ``neighbouring`` (default: each method's own) are
+optional. The tracks, every method treated alike:
+
+* ``none``: the method's defaults with the task's epochs and batch size, one run per seed, as ``dpbench run``;
+* ``validation``: ``trials`` configurations drawn from the method's search space, selected on held-out training
+  data, then the seeds (:mod:`dpbench.tuning.validation`; the selection is not charged, and the records say so);
+* ``random-stopping``: ``dpbench tune``'s private mode per seed (the tuning seed), K with mean ``trials``, the total
+  ε including the tuning (:mod:`dpbench.tuning.tune`); methods whose mechanism the tuning accountant cannot express
+  (AMP's (ε, δ) theorem) and non-private ones are reported and skipped.
+
+Non-private methods run once per seed, not once per ε. A cell's runs train as one batched computation where
+:mod:`dpbench.run.multiseed` applies (seeds; a cell's trials; the trials of all its tuning seeds), with the records of
+separate runs. A stored record counts only if it has the identity a run would have now (settings, code, ledger
+version: :func:`dpbench.results.records.identity`). Cells run in this process, on a Dask ``LocalCluster`` of ``--workers``
+processes, or on an existing Dask cluster (``--scheduler tcp://host:port``: dask-jobqueue on Slurm/PBS,
+dask-kubernetes, or ``dask scheduler`` and ``dask worker`` started by hand); the full-data methods, the longest jobs,
+start first. Workers send records back and this process stores them. One progress bar with an ETA runs over all
+cells.
+
+Dask distributed, not Ray: the workload is many short CPU jobs whose results are small records, Dask's scheduler is
+pure Python and costs little on a laptop, and dask-jobqueue reaches the batch clusters research groups have.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import sys
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from distributed.diagnostics.plugin import WorkerPlugin
+from tqdm import tqdm
+
+from dpbench import registry
+from dpbench.errors import UsageError
+from dpbench.method import ReleaseMethod
+from dpbench.privacy.accounting import NEIGHBOURING
+from dpbench.results import records, store
+from dpbench.results.records import check_stored
+from dpbench.run import allocator, engine, multiseed
+from dpbench.spec import RunSpec
+from dpbench.tuning import tune, validation
+
+TRACKS = ("none", "validation", "random-stopping")
+GRID_KEYS = {"tasks", "methods", "epsilons", "seeds", "tracks", "trials", "neighbouring"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    track: str
+    task: str
+    method: str
+    epsilon: float | None
+    seeds: tuple[int, ...]
+    trials: int
+    neighbouring: str | None
+
+    def label(self) -> str:
+        budget = "non-private" if self.epsilon is None else f"eps={self.epsilon:g}"
+        return f"{self.track} {self.task} {self.method} {budget}"
+
+
+def load_grid(path: str) -> dict[str, Any]:
+    try:
+        grid = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        raise UsageError(f"cannot read grid {path}: {error}") from None
+    if not isinstance(grid, dict):
+        raise UsageError(f"grid {path}: a JSON object is expected")
+    missing, unknown = {"tasks", "methods", "epsilons", "seeds"} - set(grid), set(grid) - GRID_KEYS
+    if missing or unknown:
+        raise UsageError(f"grid {path}: " + "; ".join(
+            part for part in [f"lacks {', '.join(sorted(missing))}" if missing else "",
+                              f"unknown keys {', '.join(sorted(unknown))}" if unknown else ""] if part))
+    grid = {"tracks": ["none"], "trials": 16, "neighbouring": None, **grid}
+    lists_of_names = all(isinstance(grid[key], list) and grid[key] and all(isinstance(v, str) for v in grid[key])
+                         for key in ("tasks", "methods", "tracks"))
+    numbers = (isinstance(grid["epsilons"], list) and grid["epsilons"] and
+               all(isinstance(e, (int, float)) and not isinstance(e, bool) and 0 < e < float("inf")
+                   for e in grid["epsilons"]))
+    counts = all(isinstance(grid[key], int) and not isinstance(grid[key], bool) and 1 <= grid[key] <= 10_000
+                 for key in ("seeds", "trials"))
+    if not (lists_of_names and numbers and counts):
+        raise UsageError(f"grid {path}: tasks, methods and tracks are non-empty lists of names, epsilons a non-empty "
+                         f"list of positive numbers, seeds and trials whole numbers from 1 to 10000")
+    if unknown_tracks := [t for t in grid["tracks"] if t not in TRACKS]:
+        raise UsageError(f"grid {path}: unknown tracks {', '.join(unknown_tracks)}; choose from {', '.join(TRACKS)}")
+    if grid["neighbouring"] not in (None, *NEIGHBOURING):
+        raise UsageError(f"grid {path}: neighbouring must be one of {', '.join(NEIGHBOURING)}")
+    return grid
+
+
+def cells(grid: dict[str, Any]) -> list[Cell]:
+    grid = {"tracks": ["none"], "trials": 16, "neighbouring": None, **grid}
+    methods = registry.methods()
+    found = []
+    for track in grid["tracks"]:
+        for task in grid["tasks"]:
+            for method in grid["methods"]:
+                private = methods[method].private
+                budgets = grid["epsilons"] if private else [None]
+                found += [Cell(track, task, method, None if epsilon is None else float(epsilon),
+                               tuple(range(grid["seeds"])), grid["trials"], grid["neighbouring"] if private else None)
+                          for epsilon in budgets]
+    return found
+
+
+# ---- one cell: what it would record, and running it ------------------------------------------------------------
+
+def _tune_specs(cell: Cell, seeds: tuple[int, ...]) -> list[tune.TuneSpec]:
+    """The random-stopping cell's studies, one per seed; they share the held-out split (split seed 0) so that their
+    trials train as one batch, and their names carry the settings (a changed grid never reuses them). The seed is
+    the study's public index (its record's ``seed``, by which a rerun skips released studies); each study draws K
+    and its trials' coins from its own secret (:mod:`dpbench.tuning.tune`); "study secret" in the names' digest keeps
+    the studies made before (their coins from the seed) from being reused."""
+    settings = json.dumps([cell.task, cell.method, cell.epsilon, cell.trials, cell.neighbouring, "study secret"],
+                          sort_keys=True)
+    digest = hashlib.sha256(settings.encode()).hexdigest()[:10]
+    return [tune.TuneSpec(method=cell.method, task=cell.task, epsilon=cell.epsilon, mode="random-stopping",
+                            trials=cell.trials, neighbouring=cell.neighbouring or "add-remove", seed=seed,
+                            split_seed=0, study=f"sweep-{cell.task}-{cell.method}-eps{cell.epsilon:g}-seed{seed}-{digest}",
+                            no_wandb=True, append_to_store=False)
+            for seed in seeds]
+
+
+def identity(cell: Cell) -> str:
+    """The identity (:func:`dpbench.results.records.identity`) the cell's records would have; UsageError if refused."""
+    spec = RunSpec(method=cell.method, task=cell.task, epsilon=cell.epsilon, neighbouring=cell.neighbouring,
+                   progress_bar=False)
+    if cell.track == "none":
+        return engine.describe(spec)
+    if cell.track == "validation":
+        return validation.describe(cell.task, cell.method, cell.epsilon, validation.TrackSettings(cell.trials),
+                                   cell.neighbouring)
+    method = registry.methods()[cell.method]
+    if not method.private:
+        raise UsageError(f"{cell.method} is not private: the random-stopping track does not apply")
+    plan_ = tune.plan(_tune_specs(cell, (0,))[0], calibrate=False)  # σ is calibrated when the cell runs
+    planned = engine.describe_record(replace(spec, neighbouring=plan_.trial.neighbouring, epsilon=None,
+                                             noise_multiplier=1.0, sampler=None if plan_.trial.kind == "output"
+                                             else "poisson"))
+    return records.identity({**planned, "epsilon_target": cell.epsilon, "neighbouring": plan_.trial.neighbouring,
+                            "profile": None, "tuning": {"config": tune.tuning_config(plan_)}})
+
+
+def run_cell(cell: Cell) -> tuple[Cell, list[dict[str, Any]], str | None]:
+    """Run one cell's pending seeds; returns (the cell, its records, the refusal if refused). Nothing is stored
+    here: the caller (the sweep's client) stores the records, so that workers on other machines need no shared
+    disk and a cell run twice (its worker died) is stored once."""
+    try:
+        if cell.track == "none":
+            spec = RunSpec(method=cell.method, task=cell.task, epsilon=cell.epsilon, neighbouring=cell.neighbouring,
+                           progress_bar=False, no_wandb=True, append_to_store=False)
+            try:
+                return cell, multiseed.run_seeds(spec, list(cell.seeds)), None
+            except multiseed.NotBatchable:
+                return cell, [engine.run(replace(spec, seed=seed)) for seed in cell.seeds], None
+        if cell.track == "validation":
+            return cell, validation.run_cell(cell.task, cell.method, cell.epsilon, list(cell.seeds),
+                                             validation.TrackSettings(cell.trials), cell.neighbouring,
+                                             append_to_store=False), None
+        return cell, tune.tune_together(_tune_specs(cell, cell.seeds)), None
+    except (UsageError, tune.TuningError) as error:
+        return cell, [], str(error)
+
+
+# ---- the grid --------------------------------------------------------------------------------------------------
+
+def _cost(cell: Cell, methods: dict[str, type]) -> tuple[int, int]:
+    """Order of the jobs: full-data methods (the longest) first, tuned cells before untuned ones, so that the
+    workers end together."""
+    method = methods[cell.method]
+    return (0 if issubclass(method, ReleaseMethod) or method.full_batch else 1, -TRACKS.index(cell.track))
+
+
+def _stored() -> set[tuple[str, int]]:
+    """(identity, seed) of the stored runs (:func:`dpbench.results.records.identity`: settings, code, ledger), each checked
+    first: the store is a file anyone can edit."""
+    stored = store.load()
+    for record in stored:
+        try:
+            check_stored(record)
+        except ValueError as error:
+            raise UsageError(f"{store.describe()}: {error}") from None
+    return {(records.identity(r), r["seed"]) for r in stored}
+
+
+def pending(grid: dict[str, Any]) -> tuple[list[Cell], int, dict[Cell, str]]:
+    """The cells with seeds to run (only those seeds), the number of runs already stored, and refused cells."""
+    stored = _stored()
+    todo, done, refused = [], 0, {}
+    for cell in cells(grid):
+        try:
+            key = identity(cell)
+        except (UsageError, tune.TuningError) as error:
+            refused[cell] = str(error)
+            continue
+        missing = tuple(seed for seed in cell.seeds if (key, seed) not in stored)
+        done += len(cell.seeds) - len(missing)
+        if missing:
+            todo.append(replace(cell, seeds=missing))
+    methods = registry.methods()
+    jobs = []
+    for cell in sorted(todo, key=lambda c: _cost(c, methods)):
+        if cell.track == "none" and issubclass(methods[cell.method], ReleaseMethod):
+            jobs += [replace(cell, seeds=(seed,)) for seed in cell.seeds]  # never batched: one seed per job
+        else:
+            jobs.append(cell)
+    return jobs, done, refused
+
+
+class _WorkerSetup(WorkerPlugin):
+    """A Dask worker plugin: each worker process (also one started after another died) trains with an equal share of
+    the machine's cores as torch threads and keeps freed memory, as the ``dpbench`` command does."""
+
+    name = "dpbench-worker-setup"
+
+    def __init__(self, threads: int):
+        self.threads = threads
+
+    def setup(self, worker) -> None:
+        torch.set_num_threads(self.threads)
+        allocator.keep_freed_memory()
+
+
+def _local_cluster(workers: int):
+    """A Dask ``LocalCluster`` of ``workers`` processes and its client. The workers import dpbench when they start
+    (``preload``), so that this and the cluster's start overlap the planning of the grid (:func:`run_grid`)."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    with dask.config.set({"distributed.worker.daemon": False, "logging.distributed": "error"}):
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=0,
+                               dashboard_address=None, preload=["dpbench.board.sweep"])
+    try:
+        client = Client(cluster)
+        client.register_plugin(_WorkerSetup(max(1, (os.cpu_count() or 1) // workers)))
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster, client
+
+
+def _close_local(starting: Future) -> None:
+    """Close the local cluster once it has started (one that failed to start left nothing behind). Its worker
+    processes are ours and their records are back (or the sweep is failing): they are terminated first, since a
+    graceful close of processes holding PyTorch takes ~1.4 s, then the cluster closes at once."""
+    if starting.exception() is None:
+        cluster, client = starting.result()
+        try:
+            for pid in client.run(os.getpid).values():
+                os.kill(pid, signal.SIGTERM)
+        except Exception:  # a worker already gone: close gracefully
+            pass
+        client.close()
+        cluster.close()
+
+
+def _remote_client(scheduler: str):
+    """A Dask client of the cluster at ``scheduler``; one torch thread per task (a remote worker's cores are its
+    own business: ``--nthreads``)."""
+    from distributed import Client
+
+    try:
+        client = Client(scheduler, timeout="30s")
+    except (OSError, TimeoutError, ValueError) as error:
+        raise UsageError(f"cannot reach the Dask scheduler {scheduler}: {error}") from None
+    client.register_plugin(_WorkerSetup(1))
+    return client
+
+
+def run_grid(grid: dict[str, Any], workers: int = 1, progress: bool = True,
+             scheduler: str | None = None) -> dict[str, int]:
+    """Run every cell not yet stored; returns counts of runs done, already stored and refused.
+
+    ``workers`` > 1 runs that many cells at once on a Dask ``LocalCluster`` of worker processes, each with an equal
+    share of the CPU cores as torch threads; ``scheduler`` (``tcp://host:port``) sends the cells to an existing
+    Dask cluster instead. Workers return records; this process stores them (workers need no shared disk), so a
+    cell whose worker died and that Dask ran again elsewhere is stored once. Results are as with one worker.
+    """
+    known_methods, known_tasks = registry.methods(), registry.tasks()
+    unknown = [m for m in grid["methods"] if m not in known_methods] + [t for t in grid["tasks"] if t not in known_tasks]
+    if unknown:
+        raise UsageError(f"unknown methods or tasks in the grid: {', '.join(unknown)}")
+    if not scheduler and not 1 <= workers <= max(2, os.cpu_count() or 1):  # each worker process holds its PyTorch
+        raise UsageError(f"workers must lie in 1..{max(2, os.cpu_count() or 1)} (the CPU cores), got {workers}")
+    with contextlib.ExitStack() as stack:
+        client = None
+        if scheduler:
+            client = stack.enter_context(_remote_client(scheduler))
+        elif workers > 1:  # the local cluster starts (its workers importing dpbench) while the grid is planned
+            starting = stack.enter_context(ThreadPoolExecutor(1)).submit(_local_cluster, workers)
+            stack.callback(_close_local, starting)
+        jobs, done, refused = pending(grid)
+        counts = {"ran": 0, "already stored": done, "refused": sum(len(cell.seeds) for cell in refused)}
+        reported: set[tuple[str, str, str]] = set()
+
+        def report(cell: Cell, reason: str) -> None:
+            if (cell.track, cell.task, cell.method) not in reported:
+                print(f"sweep: {cell.track}: {cell.method} on {cell.task} refused: {reason}", file=sys.stderr)
+            reported.add((cell.track, cell.task, cell.method))
+
+        for cell, reason in refused.items():
+            report(cell, reason)
+        if workers == 1 and not scheduler:
+            results = map(run_cell, jobs)
+        elif jobs:
+            from distributed import as_completed
+
+            client = client or starting.result()[1]
+            futures = [client.submit(run_cell, cell, pure=False) for cell in jobs]
+            results = (future.result() for future in as_completed(futures))
+        else:
+            results = iter(())
+        bar = stack.enter_context(tqdm(total=len(jobs), desc="sweep", unit="cell", disable=not progress,
+                                       file=sys.stderr, dynamic_ncols=True))
+        for cell, finished, refusal in results:
+            bar.update(1)
+            if refusal is not None:
+                report(cell, refusal)
+                counts["refused"] += len(cell.seeds)
+                continue
+            for record in finished:
+                store.append(record)
+            counts["ran"] += len(finished)
+            metric = next(iter(finished[0]["metrics"].items())) if finished else ("", float("nan"))
+            bar.set_postfix_str(f"{cell.label()}: {metric[0]}={metric[1]:.4f}", refresh=False)
+    return counts

@@ -1,0 +1,86 @@
+"""Per-example gradient clipping behind one small interface.
+
+``clipped_sum(task, x, y, max_norm, transform, scale, into)`` returns scale · Σ_i t(g_i) · min(1, C/‖t(g_i)‖) over
+the batch (one tensor per trainable parameter; the engine passes scale = 1/B), added in place into ``into`` when
+given (the engine passes the release's noise), and the per-example norms ‖t(g_i)‖, where t is the method's
+per-example transform (identity for most methods). Methods never call this. A faster implementation (ghost
+norms, book-keeping) replaces :class:`VmapClipper` without touching any method.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Protocol
+
+import torch
+from torch.func import functional_call, grad, vmap
+
+if TYPE_CHECKING:  # a privacy module names the task contract as a type only
+    from dpbench.task import Task
+
+
+@dataclass(frozen=True)
+class CoordinateAffine:
+    """The per-example transform g ↦ (g − shift) / scale, coordinate by coordinate (AdaCliP's (g − m)/b).
+
+    Callable like any transform; :class:`~dpbench.privacy.ghost.GhostClipper` also recognizes it and computes the
+    transformed norms and clipped sum without materializing per-example gradients where a layer allows it."""
+
+    shift: list[torch.Tensor]
+    scale: list[torch.Tensor]
+
+    def __call__(self, gradients: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [(g - m) / b for g, m, b in zip(gradients, self.shift, self.scale)]
+
+
+Transform = Callable[[list[torch.Tensor]], list[torch.Tensor]] | CoordinateAffine
+
+
+class PerExampleClipper(Protocol):
+    name: str  # what a run record's ``clipping`` field says
+
+    def clipped_sum(
+        self, task: Task, x: torch.Tensor, y: torch.Tensor, max_norm: float, transform: Transform | None = None,
+        scale: float = 1.0, into: list[torch.Tensor] | None = None,
+    ) -> tuple[list[torch.Tensor], torch.Tensor]: ...
+
+
+def clip_factors(norms: torch.Tensor, max_norm: float | torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """scale · min(1, C/‖g‖) per example (Abadi et al. 2016, Algorithm 1), as scale · C / max(‖g‖, C); scale for
+    C = inf. ``max_norm`` may be one C per example."""
+    if not torch.is_tensor(max_norm):
+        if math.isinf(max_norm):
+            return torch.full_like(norms, scale)
+        return (max_norm * scale) / norms.clamp_min(max_norm)
+    ratio = max_norm / torch.maximum(norms, max_norm)
+    return torch.where(torch.isinf(max_norm), 1.0, ratio) * scale  # C = inf: not clipped (a non-private run)
+
+
+class VmapClipper:
+    """Reference implementation: materialize per-example gradients with ``torch.func.vmap``."""
+
+    name = "vmap"
+
+    def per_example_gradients(self, task: Task, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        params = {name: p.detach() for name, p in task.model.named_parameters() if p.requires_grad}
+        buffers = dict(task.model.named_buffers())
+
+        def loss_of_one(p, xi, yi):
+            outputs = functional_call(task.model, (p, buffers), (xi.unsqueeze(0),))
+            return task.per_example_loss(outputs, yi.unsqueeze(0)).sum()
+
+        # randomness="different": each example its own dropout mask, as in a batched forward pass
+        return vmap(grad(loss_of_one), in_dims=(None, 0, 0), randomness="different")(params, x, y)
+
+    def clipped_sum(self, task, x, y, max_norm, transform=None, scale=1.0, into=None):
+        sums = into if into is not None else [torch.zeros_like(p) for p in task.model.parameters() if p.requires_grad]
+        if len(x) == 0:
+            return sums, torch.zeros(0, device=x.device)
+        grads = list(self.per_example_gradients(task, x, y).values())
+        if transform is not None:
+            grads = transform(grads)
+        norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads))
+        factors = clip_factors(norms, max_norm, scale)
+        for total, g in zip(sums, grads):
+            total.add_(torch.einsum("b,b...->...", factors, g))
+        return sums, norms

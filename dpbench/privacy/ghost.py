@@ -1,0 +1,452 @@
+"""Fast per-example clipping: ghost norms and book-keeping, without materializing per-example gradients.
+
+One forward pass records each layer's input a_i; one backward pass of Σ_i ℓ_i gives each layer's output
+gradient g_i. Per-example gradient norms then follow from (a_i, g_i) layer by layer (Goodfellow 2015; Li et al.
+2021, "ghost clipping"), and the clipped sum Σ_i c_i ∇ℓ_i is assembled from the same (c_i·g_i, a_i) without a
+second backward pass (Bu et al. 2023, "book-keeping"). For a linear layer with per-example inputs a_i ∈ R^{T×p}
+and output gradients g_i ∈ R^{T×q}, ∇W ℓ_i = g_iᵀ a_i and
+
+    ‖g_iᵀ a_i‖²_F = ⟨a_i a_iᵀ, g_i g_iᵀ⟩   (T² work, the "ghost norm")   or   Σ (g_iᵀ a_i)²   (p·q work),
+
+whichever is cheaper (when the per-example gradients are materialized, the clipped sum is their weighted sum);
+for T = 1 (logistic/softmax regression, MLPs) it is ‖g_i‖²‖a_i‖², the closed form. Supported: Linear, Conv2d
+(groups = 1, zero padding; a linear layer on input patches, which are never unfolded: see :class:`_Conv2d`),
+Embedding, LayerNorm, GroupNorm. Any other layer with parameters makes :func:`make_clipper` fall back to the reference
+:class:`~dpbench.privacy.clipping.VmapClipper`, with a warning that names the layer.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from dpbench.data import rows
+from dpbench.privacy.clipping import CoordinateAffine, PerExampleClipper, Transform, VmapClipper, clip_factors
+
+if TYPE_CHECKING:  # a privacy module names the task contract as a type only
+    from dpbench.task import Task
+
+
+#: What a layer rule's ``backward(record, output_grad, affine)`` returns: the per-example squared norms, and a
+#: function of the clip factors c and a dict ``into`` (parameter -> tensor) that adds Σ_i c_i ∇ℓ_i for the layer's
+#: parameters into it, in place. A rule's ``record(inputs, output)``, called by a forward hook, keeps what
+#: ``backward`` needs of the layer's input.
+Accumulate = Callable[[torch.Tensor, dict[nn.Parameter, torch.Tensor]], None]
+PerExampleRule = tuple[torch.Tensor, Accumulate]
+
+
+def _as_sequence(a: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, ..., p), (B, ..., q) -> (B, T, p), (B, T, q)."""
+    return a.reshape(len(a), -1, a.shape[-1]), g.reshape(len(g), -1, g.shape[-1])
+
+
+def _add_weighted_sum(total: torch.Tensor, factors: torch.Tensor, per_example: torch.Tensor) -> None:
+    """total += Σ_i c_i G_i over materialized per-example gradients (book-keeping: B·|G| work, no second pass)."""
+    total.add_(torch.tensordot(factors, per_example, dims=1))
+
+
+class _Linear:
+    def __init__(self, layer: nn.Linear):
+        self.layer = layer
+
+    def record(self, inputs, output):
+        return inputs[0]
+
+    def supports_affine(self, a) -> bool:
+        """A coordinate-wise transform of g_iᵀ a_i has a closed-form norm only for one input per example (dense)."""
+        return a.dim() == 2 and not a.is_sparse
+
+    def backward(self, a, g, affine=None) -> PerExampleRule:
+        if affine is not None:
+            return self._affine(a, g, affine)
+        if a.dim() == 2:
+            return self._one_input(a, g)
+        weight, bias = self.layer.weight, self.layer.bias
+        a, g = _as_sequence(a, g)
+        steps, p, q = a.shape[1], a.shape[2], g.shape[2]
+        sq_norms, per_example, bias_grads = 0, None, None
+        if weight.requires_grad:
+            if steps * steps <= p * q:  # ghost norm
+                sq_norms = (torch.bmm(a, a.transpose(1, 2)) * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
+            else:  # per-example gradients are smaller than the T×T Gram matrices
+                per_example = torch.bmm(g.transpose(1, 2), a)
+                sq_norms = per_example.square().sum((1, 2))
+        if bias is not None and bias.requires_grad:
+            bias_grads = g.sum(1)
+            sq_norms = sq_norms + bias_grads.square().sum(1)
+
+        def clipped(factors, into):
+            if weight.requires_grad:
+                if per_example is not None:
+                    _add_weighted_sum(into[weight], factors, per_example)
+                else:
+                    into[weight].addmm_((g * factors[:, None, None]).flatten(0, 1).T, a.flatten(0, 1))
+            if bias_grads is not None:
+                into[bias].addmv_(bias_grads.T, factors)
+
+        return sq_norms, clipped
+
+    def _one_input(self, a, g) -> PerExampleRule:
+        """The closed form for one input per example (logistic/softmax regression, MLPs): ‖∇W ℓ_i‖² = ‖g_i‖²‖a_i‖²,
+        ‖∇b ℓ_i‖² = ‖g_i‖². Sparse inputs (``dpbench.data.rows``) stay sparse: ‖a_i‖² from their values, and the clipped
+        sum (c ∘ g)ᵀ a as a dense-times-sparse product."""
+        weight, bias = self.layer.weight, self.layer.bias
+        with_bias = bias is not None and bias.requires_grad
+        g_sq = torch.linalg.vector_norm(g, dim=1).square()
+        if not weight.requires_grad:
+            sq_norms = g_sq
+        else:
+            a_sq = rows.squared_norms(a)
+            sq_norms = torch.addcmul(g_sq, g_sq, a_sq) if with_bias else g_sq * a_sq
+
+        def clipped(factors, into):
+            if weight.requires_grad and a.is_sparse:
+                into[weight].add_((g * factors[:, None]).T @ a)
+            elif weight.requires_grad:
+                into[weight].addmm_((g * factors[:, None]).T, a)
+            if with_bias:
+                into[bias].addmv_(g.T, factors)
+
+        return sq_norms, clipped
+
+    def _affine(self, a, g, affine) -> PerExampleRule:
+        """‖(g_i a_iᵀ − M) / S‖² from the expansion of :func:`affine_sq_norm_bound` (an upper bound, so that no
+        example is clipped to more than C); the clipped sum of weight and bias by one :func:`affine_clipped_sum`,
+        the bias as a weight on an input column of ones."""
+        weight, bias = self.layer.weight, self.layer.bias
+        parameters, columns, sq_norms = [], [], 0
+        if weight.requires_grad:
+            parameters.append(weight)
+            columns.append(a)
+            sq_norms = affine_sq_norm_bound(a, g, *affine[weight])
+        if bias is not None and bias.requires_grad:
+            shift, scale = affine[bias]
+            parameters.append(bias)
+            columns.append(a.new_ones(len(a), 1))
+            sq_norms = sq_norms + ((g - shift) / scale).pow(2).sum(1)
+
+        def clipped(factors, into):
+            shift, scale = (torch.cat([affine[p][side].view(g.shape[1], -1) for p in parameters], 1) for side in (0, 1))
+            summed = affine_clipped_sum(torch.cat(columns, 1), g, factors, shift, scale, sq_norms)
+            for parameter, part in zip(parameters, summed.split([c.shape[1] for c in columns], 1)):
+                total = into[parameter]
+                total.copy_(total.double() + part.view(total.shape))  # one rounding of noise + sum
+
+        return sq_norms, clipped
+
+
+def affine_sq_norm_bound(a: torch.Tensor, g: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """An upper bound, in float32, of ‖(g_i a_iᵀ − M) / S‖² for each example i, without materializing g_i a_iᵀ.
+
+    The expansion (g_i²)ᵀR(a_i²) − 2 g_iᵀ(M∘R)a_i + Σ M²R (R = 1/S², coordinate-wise) cancels catastrophically when
+    ‖M/S‖ ≫ ‖(G_i − M)/S‖: in float32 an example could be clipped to 12·C (tests/test_ghost.py). Here it is
+    evaluated in float64 with the standard bound on its rounding error, γ_k·(t1 + 2·Σ|g||M|R|a| + t3) with
+    γ_k = k·u/(1 − k·u), u = 2⁻⁵³ and k ≥ the number of terms in any sum; the bound is added to the value. Where
+    it is not below 0.1% of the value, that example's norm is computed from its materialized (g_i a_iᵀ − M)/S
+    (float64, in chunks). The float32 result is rounded up. So the clip factor C/max(‖·‖, C) never lets an
+    example contribute more than C, up to the rounding of the clipped sum (:func:`affine_clipped_sum`).
+
+    Shapes: a (B, p), g (B, q), M and S (q, p); or batched, one transform per run (:mod:`dpbench.run.multiseed`):
+    a (R, B, p), g (R, B, q), M and S (R, q, p), giving (R, B)."""
+    a64, g64, shift64 = a.double(), g.double(), shift.double()
+    inverse_sq = scale.double().pow(-2)
+    t1 = (((a64 * a64) @ inverse_sq.transpose(-2, -1)) * (g64 * g64)).sum(-1)  # sums over p by matrix products
+    t2 = ((a64 @ (shift64 * inverse_sq).transpose(-2, -1)) * g64).sum(-1)
+    t3 = (shift64 * shift64 * inverse_sq).sum((-2, -1)).unsqueeze(-1)
+    t2_abs = ((a.abs() @ (shift.abs() * inverse_sq.float()).transpose(-2, -1)) * g.abs()).sum(-1).double() * (1 + 1e-4)
+    transform_size = shift.shape[-2] * shift.shape[-1]  # one run's M
+    terms = transform_size + a.shape[-1] + g.shape[-1] + 4
+    gamma = terms * 2.0**-53 / (1 - terms * 2.0**-53)
+    sq = (t1 - 2 * t2 + t3).clamp_min(0)
+    error = gamma * (t1 + 2 * t2_abs + t3)
+    examples = sq.shape[-1]  # per run
+    flat_sq, flat_error = sq.view(-1), error.view(-1)
+    flat_a, flat_g = a64.reshape(-1, a.shape[-1]), g64.reshape(-1, g.shape[-1])
+    unresolved = (flat_error > 1e-3 * flat_sq).nonzero().flatten()
+    for chunk in unresolved.split(max(1, 2**24 // transform_size)):  # at most ~128 MiB of float64 at a time
+        run = chunk // examples if shift.dim() == 3 else slice(None)
+        per_example = (flat_g[chunk, :, None] * flat_a[chunk, None, :] - shift64[run]) * inverse_sq[run].sqrt()
+        flat_sq[chunk] = per_example.square().flatten(1).sum(1)
+        flat_error[chunk] = gamma * flat_sq[chunk]
+    return ((sq + error) * (1 + 2.0**-22)).float()
+
+
+#: Where the proven rounding bound of a closed-form clipped sum exceeds this fraction of the largest example's
+#: contribution to it (≤ C/B), the sum is computed from materialized per-example gradients instead.
+SUM_TOLERANCE = 1e-7
+
+
+def affine_clipped_sum(a: torch.Tensor, g: torch.Tensor, factors: torch.Tensor, shift: torch.Tensor,
+                       scale: torch.Tensor, sq_norms: torch.Tensor) -> torch.Tensor:
+    """Σ_i c_i (g_i a_iᵀ − M) / S = (Σ_i c_i g_i a_iᵀ − (Σ_i c_i)·M) / S, with a rounding error below
+    :data:`SUM_TOLERANCE` times max_i c_i·n_i (n_i = √sq_norms_i, the example's transformed norm in these
+    parameters, so c_i·n_i ≤ C/B).
+
+    The closed form cancels like the norm's expansion (:func:`affine_sq_norm_bound`): in float32 its error,
+    ~2⁻²⁴·(Σ c_i|G_i| + Σ c_i|M|)/S per coordinate, let one example move the sum by 2158·C when M ≈ G_i and S is
+    small (tests/test_ghost.py). It is evaluated in float64 (c_i·g_i and g_i a_iᵀ of float32 numbers are exact there)
+    with the standard bound of its error, γ_k·(Σ_i c_i|g_i||a_i|ᵀ + (Σ_i c_i)|M|)/S, k = B + 4 terms (the bound's
+    norm computed in float32, a sum of non-negative terms, and rounded up by its own relative error, below
+    2·(B + q·p + 8)·2⁻²⁴). Where the bound's norm is not below the tolerance, the sum is taken over the
+    materialized c_i (G_i − M)/S (float64, in chunks; G_i − M is exact where M is within a factor 2 of G_i, and
+    each term's relative error is ≤ γ_3). The sum is returned in float64: the caller adds it to the release's noise
+    N and rounds N + sum once, so the float32 rounding is post-processing, not a change of the sum's sensitivity.
+
+    Shapes: a (B, p), g (B, q), factors and sq_norms (B,), M and S (q, p), giving (q, p); or batched, one transform
+    per run (:mod:`dpbench.run.multiseed`): a (R, B, p), g (R, B, q), factors and sq_norms (R, B), M and S (R, q, p),
+    giving (R, q, p) (padding pairs have c_i = 0)."""
+    batched = shift.dim() == 3
+    if not batched:
+        a, g, factors, shift, scale, sq_norms = (t.unsqueeze(0) for t in (a, g, factors, shift, scale, sq_norms))
+    a64, weighted = a.double(), g.double() * factors.double().unsqueeze(-1)
+    totals = factors.sum(1, dtype=torch.float64).view(-1, 1, 1)
+    value = (weighted.transpose(1, 2) @ a64).sub_(totals * shift).div_(scale)  # float32 M, S promoted exactly
+    terms = a.shape[1] + 4
+    gamma = terms * 2.0**-53 / (1 - terms * 2.0**-53)
+    magnitudes = ((g * factors.unsqueeze(-1)).abs_().transpose(1, 2) @ a.abs()).addcmul_(
+        totals.float(), shift.abs()).div_(scale)  # float32: an overflow to inf only sends the run to the exact sum
+    rounding = 1 + 2 * (a.shape[1] + shift[0].numel() + 8) * 2.0**-24
+    error_norms = gamma * rounding * magnitudes.flatten(1).norm(dim=1)
+    contributions = factors * sq_norms.clamp_min(0).sqrt()  # a scale for the tolerance: float32 will do
+    largest = contributions.amax(1) if a.shape[1] else contributions.new_zeros(len(a))
+    for run in (error_norms > SUM_TOLERANCE * largest).nonzero().flatten().tolist():
+        value[run] = 0
+        for rows in torch.arange(a.shape[1]).split(max(1, 2**24 // shift[run].numel())):  # ≤ ~128 MiB at a time
+            per_example = (g[run, rows].double()[:, :, None] * a64[run, rows, None, :] - shift[run]) / scale[run]
+            value[run] += torch.tensordot(factors[run, rows].double(), per_example, dims=1)
+    return value if batched else value[0]
+
+
+def _patch_gram(x: torch.Tensor, layer: nn.Conv2d) -> torch.Tensor:
+    """⟨patch_t, patch_s⟩ for every pair of output positions t, s of the convolution, (B, T, T).
+
+    Computed from the Gram matrix of the (padded) input pixels, K[u, v] = Σ_c x[c, u] x[c, v], as the sum over
+    kernel offsets k of K[t + k, s + k]: the kh·kw-times larger unfolded patches are never built.
+    """
+    (kh, kw), (sh, sw), (dh, dw), (ph, pw) = layer.kernel_size, layer.stride, layer.dilation, layer.padding
+    x = F.pad(x, (pw, pw, ph, ph))
+    batch, _, height, width = x.shape
+    out_h, out_w = (height - dh * (kh - 1) - 1) // sh + 1, (width - dw * (kw - 1) - 1) // sw + 1
+    pixels = x.flatten(2)
+    pixel_gram = torch.bmm(pixels.transpose(1, 2), pixels)  # (B, P, P), P = height·width, row-major
+    row, col, base = width * height * width, height * width, pixel_gram.storage_offset()
+    size = (batch, out_h, out_w, out_h, out_w)
+    stride = (pixel_gram.stride(0), sh * row, sw * col, sh * width, sw)
+    gram = sum(pixel_gram.as_strided(size, stride, base + i * dh * (row + width) + j * dw * (col + 1))
+               for i in range(kh) for j in range(kw))
+    return gram.reshape(batch, out_h * out_w, out_h * out_w)
+
+
+class _Conv2d:
+    """A convolution is a linear layer applied to each input patch (T = output positions, p = in·kh·kw).
+
+    Where T² ≤ p·q the ghost norm ⟨a aᵀ, g gᵀ⟩ is used, with a aᵀ from :func:`_patch_gram`, and the clipped sum
+    is the convolution's own weight gradient of the re-weighted output gradients; elsewhere the per-example
+    gradients (B·q·p numbers) come from one grouped convolution and are summed with the clip factors.
+    """
+
+    def __init__(self, layer: nn.Conv2d):
+        self.layer = layer
+
+    def record(self, inputs, output):
+        layer, x = self.layer, inputs[0]
+        positions = output.shape[2] * output.shape[3]
+        ghost = positions * positions <= layer.weight[0].numel() * layer.out_channels  # T² ≤ p·q
+        return x, (_patch_gram(x, layer) if ghost and layer.weight.requires_grad else None)
+
+    def supports_affine(self, recorded) -> bool:
+        return False  # a weight gradient sums over patches: the transformed norm needs it materialized
+
+    def backward(self, recorded, g, affine=None) -> PerExampleRule:
+        layer, (x, gram) = self.layer, recorded
+        weight, bias = layer.weight, layer.bias
+        geometry = dict(stride=layer.stride, padding=layer.padding, dilation=layer.dilation)
+        sq_norms, per_example, bias_grads = 0, None, None
+        if weight.requires_grad:
+            if gram is not None:
+                flat = g.flatten(2)  # (B, q, T)
+                sq_norms = (gram * torch.bmm(flat.transpose(1, 2), flat)).sum((1, 2))
+            else:  # the batch as B groups: the grouped convolution's weight gradient is every G_i at once
+                batch, channels = x.shape[:2]
+                per_example = F.grad.conv2d_weight(
+                    x.reshape(1, batch * channels, *x.shape[2:]), (batch * layer.out_channels, *weight.shape[1:]),
+                    g.reshape(1, batch * layer.out_channels, *g.shape[2:]), groups=batch, **geometry,
+                ).view(batch, *weight.shape)
+                sq_norms = per_example.flatten(1).square().sum(1)
+        if bias is not None and bias.requires_grad:
+            bias_grads = g.sum((2, 3))
+            sq_norms = sq_norms + bias_grads.square().sum(1)
+
+        def clipped(factors, into):
+            if weight.requires_grad:
+                if per_example is not None:
+                    _add_weighted_sum(into[weight], factors, per_example)
+                else:
+                    into[weight].add_(F.grad.conv2d_weight(x, weight.shape, g * factors[:, None, None, None],
+                                                           **geometry))
+            if bias_grads is not None:
+                into[bias].addmv_(bias_grads.T, factors)
+
+        return sq_norms, clipped
+
+
+class _Embedding:
+    """∇E ℓ_i = Σ_t e_{id_t} g_tᵀ, so ‖∇E ℓ_i‖² = Σ_{t,s: id_t = id_s} g_t·g_s (the padding row gets no gradient)."""
+
+    def __init__(self, layer: nn.Embedding):
+        self.layer = layer
+
+    def record(self, inputs, output):
+        return inputs[0].reshape(len(output), -1)
+
+    def supports_affine(self, ids) -> bool:
+        return False  # a transformed gradient is dense over the whole table
+
+    def backward(self, ids, g, affine=None) -> PerExampleRule:
+        g = g.reshape(len(ids), -1, g.shape[-1])
+        if self.layer.padding_idx is not None:
+            g = g * (ids != self.layer.padding_idx).unsqueeze(-1)
+        same = (ids.unsqueeze(2) == ids.unsqueeze(1)).to(g.dtype)
+        sq_norms = (same * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
+
+        def clipped(factors, into):
+            into[self.layer.weight].index_add_(0, ids.flatten(), (g * factors[:, None, None]).flatten(0, 1))
+
+        return sq_norms, clipped
+
+
+class _Normalization:
+    """LayerNorm/GroupNorm: per-example gradients of the affine parameters are small; materialize them."""
+
+    def __init__(self, layer: nn.LayerNorm | nn.GroupNorm):
+        self.layer = layer
+
+    def record(self, inputs, output):
+        layer, x = self.layer, inputs[0]
+        if isinstance(layer, nn.LayerNorm):
+            normalized = F.layer_norm(x, layer.normalized_shape, eps=layer.eps)
+        else:
+            normalized = F.group_norm(x, layer.num_groups, eps=layer.eps)
+        return normalized.detach()
+
+    def supports_affine(self, normalized) -> bool:
+        return True
+
+    def backward(self, normalized, g, affine=None) -> PerExampleRule:
+        layer = self.layer
+        if isinstance(layer, nn.LayerNorm):  # parameters have the trailing normalized_shape
+            dims = tuple(range(1, g.dim() - len(layer.normalized_shape)))
+        else:  # (B, C, *): parameters are per channel
+            dims = tuple(range(2, g.dim()))
+        grads = {}
+        if layer.weight is not None and layer.weight.requires_grad:
+            grads[layer.weight] = (normalized * g).sum(dims) if dims else normalized * g
+        if layer.bias is not None and layer.bias.requires_grad:
+            grads[layer.bias] = g.sum(dims) if dims else g
+        if affine is not None:
+            grads = {p: (grad - affine[p][0]) / affine[p][1] for p, grad in grads.items()}
+        sq_norms = sum(grad.flatten(1).square().sum(1) for grad in grads.values())
+
+        def clipped(factors, into):
+            for p, grad in grads.items():
+                _add_weighted_sum(into[p], factors, grad)
+
+        return sq_norms, clipped
+
+
+def _rule(module: nn.Module):
+    if isinstance(module, nn.Linear):
+        return _Linear(module)
+    if isinstance(module, nn.Conv2d) and module.groups == 1 and module.padding_mode == "zeros" \
+            and not isinstance(module.padding, str):
+        return _Conv2d(module)
+    if isinstance(module, nn.Embedding) and module.max_norm is None and not module.sparse:
+        return _Embedding(module)
+    if isinstance(module, (nn.LayerNorm, nn.GroupNorm)) and getattr(module, "elementwise_affine", True) \
+            and getattr(module, "affine", True):
+        return _Normalization(module)
+    return None
+
+
+def unsupported_layers(model: nn.Module) -> list[str]:
+    """Names of modules with trainable parameters of their own that have no fast rule."""
+    return [
+        f"{name or 'model'} ({type(module).__name__})"
+        for name, module in model.named_modules()
+        if any(p.requires_grad for p in module.parameters(recurse=False)) and _rule(module) is None
+    ]
+
+
+class GhostClipper:
+    """Per-example clipping from layer inputs and output gradients: one forward and one backward pass.
+
+    A :class:`~dpbench.privacy.clipping.CoordinateAffine` transform is applied in closed form for Linear layers with one
+    input per example and for LayerNorm/GroupNorm; for any other layer the call falls back to the reference path.
+    """
+
+    name = "ghost"
+
+    def clipped_sum(self, task: Task, x, y, max_norm, transform: Transform | None = None, scale: float = 1.0,
+                    into: list[torch.Tensor] | None = None):
+        if transform is not None and not isinstance(transform, CoordinateAffine):
+            raise ValueError("GhostClipper applies only CoordinateAffine transforms; others need VmapClipper")
+        model = task.model
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        sums = into if into is not None else [torch.zeros_like(p) for p in trainable]
+        if len(x) == 0:
+            return sums, torch.zeros(0, device=x.device)
+        affine = None if transform is None else dict(zip(trainable, zip(transform.shift, transform.scale)))
+        rules = [(module, rule) for module in model.modules()
+                 if any(p.requires_grad for p in module.parameters(recurse=False)) and (rule := _rule(module))]
+        recorded: list[tuple] = []
+
+        def hook_for(rule):
+            return lambda module, inputs, output: recorded.append((rule, rule.record(inputs, output), output))
+
+        handles = [module.register_forward_hook(hook_for(rule)) for module, rule in rules]
+        try:
+            losses = task.per_example_loss(task(x), y)
+        finally:
+            for handle in handles:
+                handle.remove()
+        owned = [p for module, _ in rules for p in module.parameters(recurse=False) if p.requires_grad]
+        if len(recorded) != len(rules) or len(owned) != len(set(owned)):  # per-example norms with cross terms
+            warnings.warn("a layer is called more than once per forward pass, or layers share a parameter; "
+                          "using the vmap reference path")
+            return VmapClipper().clipped_sum(task, x, y, max_norm, transform, scale, into)
+        if affine is not None and not all(rule.supports_affine(saved) for rule, saved, _ in recorded):
+            warnings.warn("the per-example transform has no closed form for a layer with several inputs per "
+                          "example; using the vmap reference path")
+            return VmapClipper().clipped_sum(task, x, y, max_norm, transform, scale, into)
+        output_grads = torch.autograd.grad(losses.sum(), [output for _, _, output in recorded])
+        with torch.no_grad():
+            per_layer = [rule.backward(saved, g, affine) for (rule, saved, _), g in zip(recorded, output_grads)]
+            norms = sum(sq_norms for sq_norms, _ in per_layer).clamp_min(0).sqrt()
+            factors = clip_factors(norms, max_norm, scale)
+            by_parameter = dict(zip(trainable, sums))
+            for _, clipped in per_layer:
+                clipped(factors, by_parameter)
+        return sums, norms
+
+
+def make_clipper(model: nn.Module, transform: Transform | None = None) -> PerExampleClipper:
+    """The fast clipper where every layer has a rule for ``transform``, else the reference, with a warning."""
+    missing = unsupported_layers(model)
+    if transform is not None and not isinstance(transform, CoordinateAffine):
+        # an arbitrary transform of per-example gradients needs them materialized: say so (it is much slower)
+        warnings.warn(f"the method's per_example_transform ({type(transform).__qualname__}) is not a "
+                      f"dpbench.privacy.clipping.CoordinateAffine, so every per-example gradient is materialized (the vmap "
+                      f"reference path); express a coordinate-wise (g − shift)/scale as a CoordinateAffine to keep the "
+                      f"fast path")
+        return VmapClipper()
+    if isinstance(transform, CoordinateAffine):
+        missing += [f"{name or 'model'} ({type(module).__name__})" for name, module in model.named_modules()
+                    if isinstance(module, (nn.Conv2d, nn.Embedding))
+                    and any(p.requires_grad for p in module.parameters(recurse=False))]
+    if missing:
+        warnings.warn(f"no fast per-example clipping for {', '.join(missing)}; using the vmap reference path")
+        return VmapClipper()
+    return GhostClipper()

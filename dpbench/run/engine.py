@@ -1,0 +1,402 @@
+"""The engine: resolves a run, calibrates noise, trains under a Lightning ``Trainer``, and writes the record.
+
+Privacy boundary: only :class:`~dpbench.run.training.PrivateTraining` touches training data. Per step it draws the method's batches
+from the sampler, charges every drawn batch to the ledger, and hands the method a ``release`` callable that
+returns the noisy clipped gradient of the next batch. The ε in the record is computed after training from the
+number of batches actually drawn, with the same accountant the noise was calibrated with.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+import warnings
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import pytorch_lightning as pl
+import torch
+from lightning_fabric.utilities.exceptions import MisconfigurationException
+from torch.utils.data import DataLoader
+
+from dpbench import registry
+from dpbench.checks import check_budget, check_seed
+from dpbench.choices import CLIPPING, GAUSSIAN_SAMPLERS as NOISE, STRATEGIES
+from dpbench.data import rows
+from dpbench.errors import UsageError
+from dpbench.method import Method, ReleaseMethod
+from dpbench.privacy import guards, streams
+from dpbench.privacy.accounting import (ACCOUNTANTS, SAMPLERS, GaussianReleases, calibrate_noise_multiplier, check_relation,
+                                        default_relation, epsilon_log, event_fields)
+from dpbench.privacy.clipping import VmapClipper
+from dpbench.privacy.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
+from dpbench.release import runner
+from dpbench.results import records, store, tracking
+from dpbench.run import distributed, isolation
+from dpbench.run.training import PrivateTraining
+from dpbench.spec import BUDGET_KEYS, RunSpec, profile_settings, resolve_hyperparameters
+from dpbench.task import Task, TaskData
+
+
+def _check_devices(spec: RunSpec, method: type[Method], sampler_name: str) -> None:
+    """Several processes (dpbench.run.distributed) train a private method on Poisson batches, without checkpoints."""
+    if not isinstance(spec.devices, int) or isinstance(spec.devices, bool) or not 1 <= spec.devices <= 1024:
+        raise UsageError(f"devices must be a whole number from 1 to 1024, got {spec.devices}")
+    if spec.strategy not in (None, *STRATEGIES):
+        raise UsageError(f"unknown strategy {spec.strategy!r}; choose {', '.join(STRATEGIES)}")
+    if spec.devices == 1:
+        return
+    reasons = {"a non-private method (dpbench shards private releases only)": not method.private,
+               "shuffled batches (Poisson sampling shards; the shuffle accounting does not)": sampler_name != "poisson",
+               "checkpoints (a resume restores one process)": bool(spec.checkpoint_dir)}
+    for reason, applies in reasons.items():
+        if applies:
+            raise UsageError(f"--devices {spec.devices} trains with several processes, which does not support {reason}")
+
+
+def _check_sparse(task: Task, method: type[Method], spec: RunSpec) -> None:
+    """Sparse inputs (dpbench.data.rows) stay sparse only on the fast path, in the closed form of linear layers with
+    one input per example: no per-example transform, no reference (vmap) clipping, no batched seeds."""
+    reasons = {"the reference clipping path (--clipping reference)": spec.clipping == "reference",
+               f"{method.name}'s per-example transform": method.per_example_transform
+               is not Method.per_example_transform,
+               "a model that is not a stack of linear layers": any(
+                   any(p.requires_grad for p in module.parameters(recurse=False))
+                   and not isinstance(module, torch.nn.Linear) for module in task.model.modules())}
+    for reason, applies in reasons.items():
+        if applies:
+            raise UsageError(f"task {task.name} has sparse inputs, which {reason} would densify")
+
+
+def _check_secret_seed(spec: RunSpec) -> None:
+    """A ``--secret-seed`` run keeps its seed nowhere: nothing can resume it or start its other processes."""
+    if spec.checkpoint_dir or spec.resume:
+        raise UsageError("--secret-seed keeps no checkpoints: resuming needs the seed, which is never written")
+    if spec.devices > 1:
+        raise UsageError("--secret-seed trains in one process: each of --devices N would draw its own seed")
+
+
+def _check_budget(spec: RunSpec, method: type[Method]) -> None:
+    check_seed(spec.seed)
+    if not method.private:
+        if spec.epsilon is not None or spec.noise_multiplier is not None:
+            raise UsageError(f"{method.name} is not private: it takes neither --epsilon nor --noise-multiplier")
+        return
+    check_budget(spec.epsilon, spec.noise_multiplier, spec.delta)
+    if spec.accountant not in ACCOUNTANTS:
+        raise UsageError(f"unknown accountant {spec.accountant!r}; choose one of {', '.join(ACCOUNTANTS)}")
+
+
+@dataclass
+class PlannedRun:
+    """A gradient-method run decided and calibrated, before any training step: what :func:`plan` returns."""
+
+    spec: RunSpec
+    method: type[Method]
+    task: Task
+    data: TaskData
+    hp: dict[str, Any]
+    sampler: PoissonSampler | ShuffleSampler
+    steps_per_epoch: int
+    delta: float
+    data_releases: tuple  # the events of the task's private data releases, charged with the training
+    record: dict[str, Any]  # the record's fields known before training
+    held_out: Any = None  # a tuning trial's validation part, as its ``spec.validation.split`` returned it
+
+    def releases_charged(self, count: int) -> GaussianReleases:
+        """The mechanism run after ``count`` noisy gradients (plus the task's data releases)."""
+        return GaussianReleases(self.record["sample_rate"], self.record["noise_multiplier"], count,
+                                self.record["sampler"], self.steps_per_epoch * self.method.releases_per_step,
+                                self.data_releases, self.record["neighbouring"] or "add-remove")
+
+    def module(self, epsilon_so_far: Callable[[int], float] | None = None) -> PrivateTraining:
+        clipper = VmapClipper() if self.spec.clipping == "reference" and self.method.private else None
+        return PrivateTraining(self.task, self.method, self.hp, self.record["noise_multiplier"],
+                               self.record["sample_rate"] * self.data.n_train, self.spec.seed, clipper=clipper,
+                               steps_per_epoch=self.steps_per_epoch, epsilon_so_far=epsilon_so_far,
+                               noise=self.spec.noise, isolate=self.spec.isolate)
+
+
+def registered(method: str, task: str, plugins: list[str], isolate: bool = False) -> tuple[type[Method], type[Task]]:
+    """The method and task classes of these names (plugin folders included); unknown names are refused.
+
+    ``isolate``: this process never imports the plugin folders: a plugin method is described by a spawned process
+    (:func:`dpbench.run.isolation.describe`), and tasks come from dpbench and installed packages only."""
+    plugin_dirs = registry.plugin_dirs(plugins)
+    if isolate:
+        methods, tasks = registry.methods([]), registry.tasks([])
+        if task not in tasks:
+            raise UsageError(f"unknown task {task!r} with --isolate (a plugin folder's tasks are not loaded: the "
+                             f"training process never imports plugin code); available: {', '.join(tasks)}")
+        if method in methods:
+            return methods[method], tasks[task]
+        return isolation.describe(method, plugin_dirs), tasks[task]
+    methods, tasks = registry.methods(plugin_dirs), registry.tasks(plugin_dirs)
+    if method not in methods:
+        raise UsageError(f"unknown method {method!r}; available: {', '.join(methods)}")
+    if task not in tasks:
+        raise UsageError(f"unknown task {task!r}; available: {', '.join(tasks)}")
+    return methods[method], tasks[task]
+
+
+def describe_record(spec: RunSpec) -> dict[str, Any]:
+    """The record's fields a run of ``spec`` would have before training, without training or calibrating."""
+    method, task_class = registered(spec.method, spec.task, spec.plugins)
+    if issubclass(method, ReleaseMethod):
+        return runner.describe(spec, method, task_class)
+    return plan(spec, calibrate=False).record
+
+
+def describe(spec: RunSpec) -> str:
+    """The :func:`~dpbench.results.records.identity` a run of ``spec`` would record, without training or
+    calibrating."""
+    return records.identity(describe_record(spec))
+
+
+def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = None) -> PlannedRun:
+    """Check ``spec``, load the data, build the model under the seed, choose the sampler and calibrate σ (not with
+    ``calibrate=False``: then the record's noise multiplier is None). ``task_class``: train this subclass of the
+    registered task instead (``dpbench.trust.audit``'s task with canaries)."""
+    method, registered_task = registered(spec.method, spec.task, spec.plugins, spec.isolate)
+    task_class = task_class or registered_task
+    if issubclass(method, ReleaseMethod):
+        raise UsageError(f"{method.name} releases through dpbench.release, not by gradient steps")
+    profiled = profile_settings(task_class, method.name, spec.profile)
+    budget = {key: value for key, value in profiled.items() if key in BUDGET_KEYS}
+    if method.private and spec.epsilon is None and spec.noise_multiplier is None:  # the profile's budget
+        spec = replace(spec, epsilon=budget.get("epsilon"), noise_multiplier=budget.get("noise_multiplier"))
+    if spec.delta is None and "delta" in budget:
+        spec = replace(spec, delta=budget["delta"])
+    if spec.neighbouring is None and "neighbouring" in profiled:
+        spec = replace(spec, neighbouring=profiled["neighbouring"])
+    _check_budget(spec, method)
+    if spec.secret_seed:
+        _check_secret_seed(spec)
+        spec = replace(spec, seed=streams.secret_seed())
+    if spec.clipping not in CLIPPING:
+        raise UsageError(f"unknown clipping {spec.clipping!r}; choose one of {', '.join(CLIPPING)}")
+    if spec.noise not in NOISE:
+        raise UsageError(f"unknown noise sampler {spec.noise!r}; choose one of {', '.join(NOISE)}")
+    sampler_name = spec.sampler or method.default_sampler
+    _check_devices(spec, method, sampler_name)
+    if spec.isolate and (spec.devices > 1 or spec.checkpoint_dir):
+        raise UsageError("--isolate runs one process's method in a process of its own: it does not support "
+                         "--devices above 1 or checkpoints")
+    if sampler_name not in SAMPLERS:
+        raise UsageError(f"unknown sampler {sampler_name!r}; choose one of {', '.join(SAMPLERS)}")
+    if method.full_batch and "batch_size" in spec.overrides:
+        raise UsageError(f"{method.name} uses full batches: it takes no batch size")
+    if method.clip_to_task_bound and "clip" in spec.overrides:
+        raise UsageError(f"{method.name} scales its noise to the task's gradient norm bound: it takes no clip")
+    hp, options = resolve_hyperparameters(method, task_class, spec.overrides, spec.profile)
+
+    neighbouring = spec.neighbouring or default_relation(sampler_name)
+    if method.private:
+        try:
+            check_relation(spec.accountant, sampler_name, neighbouring)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+    elif spec.neighbouring is not None:
+        raise UsageError(f"{method.name} is not private: it takes no --neighbouring")
+
+    streams.seed_run(spec.seed)
+    try:
+        task = task_class(**options)
+    except ValueError as error:
+        raise UsageError(f"task {task_class.name}: {error}") from None
+    data = task.prepare(spec.seed)
+    if data.x_train.is_sparse:
+        _check_sparse(task, method, spec)
+    if method.private:
+        guards.refuse_example_mixing(task, rows.first(data.x_test, 3))
+    held_out = None
+    if spec.validation is not None:  # a tuning trial trains on the training part only
+        data, held_out = spec.validation.split(data)
+        task.data = data
+    n = data.n_train
+    if method.full_batch:
+        hp["batch_size"] = n
+    elif "sample_rate" in profiled and "batch_size" not in spec.overrides:  # a profile's q (Yu et al.: 0.1)
+        hp["batch_size"] = max(1, round(profiled["sample_rate"] * n))
+    if method.clip_to_task_bound:
+        bound = task.gradient_norm_bound()
+        if bound is None:
+            raise UsageError(f"{method.name} needs a proven bound on per-example gradient norms, "
+                             f"which task {task_class.name} does not have")
+        hp["clip"] = bound
+    batch_size, per_step = hp["batch_size"], method.releases_per_step
+    if batch_size * per_step > n:
+        raise UsageError(f"batch size {batch_size} (x{per_step} batches per step) exceeds the {n} training examples")
+    sample_rate = batch_size / n
+    if sampler_name == "poisson":
+        steps_per_epoch = max(1, round(n / (batch_size * per_step)))
+        sampler = PoissonSampler(n, sample_rate, steps_per_epoch, per_step, spec.seed)
+    else:
+        sampler = ShuffleSampler(n, batch_size, per_step, spec.seed)
+        steps_per_epoch = len(sampler)
+    planned_releases = hp["epochs"] * steps_per_epoch * per_step
+
+    delta = spec.delta if spec.delta is not None else task_class.defaults.get("delta", 1 / n**2)
+    if method.private and delta >= 1 / n and not spec.force_delta:
+        raise UsageError(f"delta={delta:g} is not below 1/n = {1 / n:g} for n={n}: such a delta allows releasing "
+                         f"an example outright; pass --force-delta to run anyway")
+    data_releases = tuple(release.event for release in data.private_releases) if method.private else ()
+    target_epsilon = spec.epsilon
+    sigma = 0.0
+    if method.private:
+        if spec.noise_multiplier is not None:
+            sigma = spec.noise_multiplier
+            if calibrate:  # the ε the run will report, now rather than after training (the same, cached)
+                try:
+                    GaussianReleases(sample_rate, sigma, planned_releases, sampler_name, steps_per_epoch * per_step,
+                                     data_releases, neighbouring).epsilon(delta, spec.accountant)
+                except ValueError as error:
+                    raise UsageError(f"task {task_class.name}: {error}") from None
+        else:
+            target_epsilon = target_epsilon if target_epsilon is not None else task_class.defaults.get("epsilon", 1.0)
+            sigma = None
+        if sigma is None and calibrate:
+            try:
+                sigma = calibrate_noise_multiplier(target_epsilon, delta, sample_rate, planned_releases,
+                                                   spec.accountant, sampler_name, steps_per_epoch * per_step,
+                                                   data_releases, neighbouring)
+            except ValueError as error:
+                raise UsageError(f"task {task_class.name}: {error}") from None
+
+    record = {  # known before training; W&B gets it as the run's configuration
+        **records.provenance(task_class, method, data, "secret" if spec.secret_seed else spec.seed, hp | options,
+                             spec.overrides),
+        "profile": spec.profile,
+        "private": method.private,
+        "epsilon_target": target_epsilon if method.private else None,
+        "delta": delta if method.private else None,
+        "neighbouring": neighbouring if method.private else None,
+        "noise_multiplier": sigma,
+        "sample_rate": sample_rate,
+        "accountant": spec.accountant if method.private else None,
+        "sampler": sampler_name,
+        "data_releases": [release.description for release in data.private_releases],
+        "data_release_events": [event_fields(release.event) for release in data.private_releases],
+        "isolation": "process" if spec.isolate else "in-process",  # dpbench.run.isolation; the board's plugin marks
+    }
+    record["code"]["method"] = isolation.code_of(method)
+    return PlannedRun(spec, method, task, data, hp, sampler, steps_per_epoch, delta, data_releases, record, held_out)
+
+
+def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, wandb_run=None,
+           checkpoints=None) -> dict[str, Any]:
+    """Charge what ``module`` drew, complete and seal the record, close its W&B run, keep it beside the run's
+    ``checkpoints`` (a ``dpbench.run.checkpoint.Checkpoints``) and store it; returns the record."""
+    spec, record = planned.spec, planned.record
+    try:
+        spent = None
+        if planned.method.private:
+            guards.check_sampling(record["sampler"], record["sample_rate"], planned.data.n_train, module.releases,
+                                  module.sampled)
+            spent = planned.releases_charged(module.releases).epsilon(planned.delta, spec.accountant)
+            target = record["epsilon_target"]
+            if target is not None and spent > target * (1 + 1e-9):
+                raise guards.PrivacyCheckFailed(f"spent epsilon {spent} exceeds the target {target}: "
+                                                f"calibration failed")
+    except BaseException:
+        if wandb_run is not None:
+            tracking.finish(wandb_run, None)
+        raise
+    record.update({
+        "epsilon": spent,
+        "steps": module.steps,
+        "gradient_evaluations": module.releases,
+        "train_seconds": train_seconds,
+        "clipping": record.get("clipping") or (module.clipper.name if module.clipper is not None else None),
+        "noise": module.noise.name if planned.method.private else None,
+        **({"world_size": module.world} if module.world > 1 else {}),
+        "metrics": dict(module.test_metrics),
+        "wandb_run": wandb_run.path if wandb_run is not None else None,
+    })
+    if spec.validation is not None:
+        record["validation"] = spec.validation.score(planned.task, planned.held_out)
+    if spec.tuning is not None:
+        record["tuning"] = spec.tuning
+    records.seal(record)
+    if wandb_run is not None:
+        tracking.finish(wandb_run, record)
+    if checkpoints is not None:
+        checkpoints.finished(record)
+    if spec.append_to_store:
+        store.append(record, spec.store_path)
+    return record
+
+
+def run(spec: RunSpec, task_class: type[Task] | None = None,
+        callbacks: tuple[pl.Callback, ...] = ()) -> dict[str, Any] | None:
+    """Train one model as ``spec`` says, append its record to the results store and return it (None in the ranks
+    other than 0 of a multi-process run). ``task_class`` (see :func:`plan`) and ``callbacks`` (Lightning callbacks
+    that watch the training) are for ``dpbench.trust.audit``."""
+    method, registered_task = registered(spec.method, spec.task, spec.plugins, spec.isolate)
+    if issubclass(method, ReleaseMethod):  # output/objective perturbation: noise and accounting in dpbench.release.mechanisms
+        if spec.secret_seed:
+            raise UsageError(f"{method.name} releases through dpbench.release, which does not take --secret-seed")
+        if spec.isolate:
+            raise UsageError(f"{method.name} releases through dpbench.release: --isolate is for gradient methods")
+        return runner.run(spec, method, registered_task)
+    if spec.checkpoint_dir:
+        from dpbench.run import checkpoint  # imported here: dpbench.run.checkpoint builds on this module
+
+        checkpoint.check_folder(spec.checkpoint_dir)
+    planned = plan(spec, task_class=task_class)
+    spec, data, hp = planned.spec, planned.data, planned.hp
+    checkpoints, resume_from = None, None
+    if spec.checkpoint_dir:
+        checkpoints, resume_from, finished = checkpoint.prepare(planned, spec.checkpoint_dir, spec.resume,
+                                                                spec.checkpoint_every)
+        if finished is not None:  # it ended before: its record, which may not have reached the store
+            if spec.append_to_store:
+                store.append(finished, spec.store_path)
+            return finished
+    elif spec.resume:
+        raise UsageError("resuming needs the run's checkpoint folder")
+    wandb = tracking.wandb_settings(spec.wandb_project, spec.wandb_entity, spec.no_wandb)
+    logger = tracking.make_logger(wandb, planned.record) if wandb else False
+    epsilon_so_far = epsilon_log(planned.releases_charged(0), planned.delta) if method.private and logger else None
+    try:  # before anything is written: Lightning refuses unknown or unavailable accelerators here
+        trainer = pl.Trainer(
+            max_epochs=hp["epochs"], accelerator=spec.accelerator, devices=spec.devices, logger=logger,
+            strategy=distributed.strategy(spec.accelerator, spec.devices),
+            enable_checkpointing=False, callbacks=[*callbacks, *([checkpoints] if checkpoints else [])],
+            plugins=[checkpoint.AtomicCheckpointIO()] if checkpoints else None,
+            enable_progress_bar=spec.progress_bar, enable_model_summary=False, num_sanity_val_steps=0,
+            use_distributed_sampler=False, deterministic=True, log_every_n_steps=1,  # only per-epoch values are logged
+        )
+    except (ValueError, MisconfigurationException) as error:
+        raise UsageError(f"--accelerator {spec.accelerator}: {error}") from None
+    module = planned.module(epsilon_so_far)
+    if checkpoints is not None:
+        checkpoints.attach(module)
+    # Each DataLoader iteration draws a seed for worker processes (none here); from a generator of its own, so that
+    # it does not shift the global one (stream "training": dropout) at every epoch and test, which would make the
+    # dropout masks after a resume depend on where the run was resumed.
+    train_loader = DataLoader(IndexedTensors(data.x_train, data.y_train), batch_sampler=planned.sampler,
+                              collate_fn=list, generator=torch.Generator())
+    # In-memory test set in slices of 4096, no per-example collation.
+    test_loader = DataLoader(list(zip(rows.chunks(data.x_test, 4096), data.y_test.split(4096))), batch_size=None,
+                             generator=torch.Generator())
+    if logger:
+        with contextlib.redirect_stdout(sys.stderr):
+            logger.experiment  # W&B starts here, outside the timed training (it took ~2 s)
+    started = time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():  # stdout is for results
+            warnings.filterwarnings("ignore", message=".*configure_optimizers.*returned `None`")  # the method steps
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated")  # inside Lightning itself
+            # Several ranks: each evaluates the whole test set with the same parameters, so the values agree.
+            warnings.filterwarnings("ignore", message=".*sync_dist=True.*")
+            trainer.fit(module, train_loader, test_loader, ckpt_path=resume_from)
+        if trainer.interrupted:
+            raise KeyboardInterrupt
+    except BaseException:
+        if logger:
+            tracking.finish(logger.experiment, None)
+        raise
+    if trainer.global_rank != 0:
+        return None  # another rank of a multi-process run: rank 0 checks, records and stores it
+    return finish(planned, module, time.perf_counter() - started, logger.experiment if logger else None, checkpoints)

@@ -1,0 +1,148 @@
+"""The LightningModule that trains a task privately: the only code that reads training examples.
+
+Per step it hands the method a ``release`` callable for each of the step's batches (drawn by the engine's sampler,
+each charged to the ledger when drawn): ``release()`` returns (Σ_i clip_C(t(g_i)) + N(0, σ²C²I)) / B, the noisy
+clipped gradient of the next batch, with the noise from the run's stream (:mod:`dpbench.privacy.noise`) and the clipped sum
+from the per-example clipper (:mod:`dpbench.privacy.ghost`, :mod:`dpbench.privacy.clipping`). The method turns releases into updates.
+With several processes each rank clips its shard's examples and the releases are summed over the ranks
+(:mod:`dpbench.run.distributed`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import pytorch_lightning as pl
+import torch
+
+from dpbench.errors import UsageError
+from dpbench.method import GradientMechanism, Method
+from dpbench.privacy import streams
+from dpbench.privacy.clipping import PerExampleClipper, Transform
+from dpbench.privacy.ghost import make_clipper
+from dpbench.privacy.noise import GaussianNoise
+from dpbench.run import distributed
+from dpbench.run.isolation import IsolatedMethod
+from dpbench.task import Task
+
+
+class PrivateTraining(pl.LightningModule):
+    """Trains ``task`` with ``method``; the only code that reads training examples."""
+
+    def __init__(self, task: Task, method: type[Method], hp: dict[str, Any], noise_multiplier: float,
+                 expected_batch_size: float, seed: int, clipper: PerExampleClipper | None = None,
+                 steps_per_epoch: int | None = None, epsilon_so_far: Callable[[int], float] | None = None,
+                 noise: str = "fast", isolate: bool = False):
+        super().__init__()
+        self.task, self.method_class, self.hp = task, method, hp
+        self.noise_multiplier, self.expected_batch_size, self.seed = noise_multiplier, expected_batch_size, seed
+        self.noise_sampler = noise
+        self.mechanism = GradientMechanism(noise_multiplier, hp.get("clip", math.inf), expected_batch_size,
+                                           steps_per_epoch)
+        try:  # isolated: the method runs in a process of its own (dpbench.run.isolation)
+            self.method = IsolatedMethod(method, self.params(), hp, self.mechanism) if isolate else \
+                method(self.params(), hp, self.mechanism)
+        except ValueError as error:
+            raise UsageError(f"{method.name}: {error}") from None
+        self.transforms = method.per_example_transform is not Method.per_example_transform
+        self.clipper = clipper or (make_clipper(task.model, self.current_transform()) if method.private else None)
+        self.epsilon_so_far = epsilon_so_far  # for the per-epoch privacy log, when a logger is attached
+        self.automatic_optimization = False
+        self.releases = 0  # the ledger: every batch drawn for a private method
+        self.sampled = 0  # examples in those batches, for the sampling guard (never recorded: see guards.py)
+        self.steps = 0
+        self.rank, self.world = 0, 1  # of a multi-process run (dpbench.run.distributed), set when training starts
+        self._metric_sums: dict[str, float] = {}
+        self._metric_count = 0
+
+    def current_transform(self) -> Transform | None:
+        """The method's per-example transform as of now (it may depend on the method's state)."""
+        return self.method.per_example_transform if self.transforms else None
+
+    def params(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.task.model.parameters() if p.requires_grad]
+
+    def configure_optimizers(self):
+        return None
+
+    def on_fit_start(self):
+        self.rank, self.world = distributed.world()
+        self.noise = GaussianNoise(self.seed, self.device, self.noise_sampler)
+        streams.seed_globals(self.seed, "training")  # dropout and other unasked draws during training
+
+    def on_train_epoch_start(self):
+        # Lightning (2.x) does not set the epoch of a DataLoader's batch sampler; without this every epoch would
+        # draw epoch 0's batches again, which the accountant's independent Poisson draws do not allow.
+        self.trainer.train_dataloader.batch_sampler.set_epoch(self.current_epoch)
+        if self.world > 1:
+            self.trainer.train_dataloader.batch_sampler.shard(self.rank, self.world)
+
+    def on_train_end(self):
+        if isinstance(self.method, IsolatedMethod):
+            self.method.close()
+        if self.world > 1:  # the examples all ranks' batches held, for the sampling guard (rank 0 checks it)
+            self.sampled = distributed.total(self.sampled)
+
+    @torch.enable_grad()  # methods may ask for a release inside their own ``torch.no_grad()`` update
+    def release(self, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+        params = self.params()
+        if not self.method_class.private:
+            loss = self.task.per_example_loss(self.task(x), y).mean()
+            return list(torch.autograd.grad(loss, params))
+        # Several ranks: rank 0 draws the noise, the others add their clipped sums into zeros (dpbench.run.distributed).
+        into = self.draw_noise(params) if self.rank == 0 else [torch.zeros_like(p) for p in params]
+        noisy, _ = self.clipper.clipped_sum(self.task, x, y, self.hp["clip"], self.current_transform(),
+                                            scale=1 / self.expected_batch_size, into=into)
+        return distributed.sum_over_ranks(noisy) if self.world > 1 else noisy
+
+    def draw_noise(self, like: list[torch.Tensor]) -> list[torch.Tensor]:
+        """:meth:`fill_noise` of new tensors shaped like each of ``like``."""
+        return self.fill_noise([torch.empty_like(t) for t in like])
+
+    def fill_noise(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Overwrite ``tensors`` with N(0, (σC/B)²I) from the run's noise stream (:mod:`dpbench.privacy.noise`): a release's
+        noise, into which the clipped sum divided by B is then added, giving (Σ_i clip_C(t(g_i)) + N(0, σ²C²I)) / B.
+        Zeros for σ = 0 (only in tests: such a run reports ε = inf)."""
+        std = self.mechanism.mean_noise_std
+        if std == 0:
+            return [t.zero_() for t in tensors]
+        return [self.noise.fill_(t, std) for t in tensors]
+
+    def training_step(self, batches, batch_index):
+        if self.method_class.private:
+            self.releases += len(batches)
+            self.sampled += sum(len(y) for _, y in batches)
+        pending = iter(batches)
+
+        def release() -> list[torch.Tensor]:
+            batch = next(pending, None)
+            if batch is None:
+                raise RuntimeError(f"{self.method_class.name} asked for more than "
+                                   f"releases_per_step={self.method_class.releases_per_step} gradients in one step")
+            x, y = batch
+            return self.release(self.task.augment(x), y)
+
+        self.method.step(release)
+        self.steps += 1
+
+    def validation_step(self, batch, batch_index):
+        x, y = batch
+        metrics = self.task.per_example_metrics(self.task(x), y)
+        for name, values in metrics.items():
+            self._metric_sums[name] = self._metric_sums.get(name, 0.0) + float(values.sum())
+        self._metric_count += len(y)
+
+    def on_train_epoch_end(self):
+        if self.epsilon_so_far is not None:
+            self.log_dict({"privacy/epsilon_spent_rdp": self.epsilon_so_far(self.releases),
+                           "privacy/gradient_evaluations": float(self.releases), "privacy/steps": float(self.steps)})
+
+    def collect_test_metrics(self) -> dict[str, float]:
+        """The means of the metrics summed by :meth:`validation_step` since the last call."""
+        metrics = {f"test_{name}": total / self._metric_count for name, total in self._metric_sums.items()}
+        self._metric_sums, self._metric_count = {}, 0
+        return metrics
+
+    def on_validation_epoch_end(self):
+        self.test_metrics = self.collect_test_metrics()
+        self.log_dict(self.test_metrics, prog_bar=True)
