@@ -8,7 +8,7 @@
 
 Images stay uint8 in memory (a 50,000-image float copy would take 600 MB); the model's first module scales them to
 [0, 1] and normalizes each channel with fixed published constants, never statistics of the private data. With the
-mirror here, CIFAR-10 is the JPEG copy (data id ``cifar10-jpeg``, see :func:`dpbench.data.datasets.load_cifar10`).
+mirror here, CIFAR-10 is the JPEG copy (data id ``cifar10-jpeg``, see :func:`dpbench.data.cifar.load_cifar10`).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-from dpbench.data import datasets, stages
+from dpbench.data import cifar, stages
 from dpbench.data.files import dpbench_home, mirror_dir
 from dpbench.task import Classification, TaskData
 
@@ -132,7 +132,7 @@ class CIFAR10CNN(Classification):
     }
 
     def load_data(self) -> TaskData:
-        data = first_examples(datasets.load_cifar10(), self.settings["train_limit"])
+        data = first_examples(cifar.load_cifar10(), self.settings["train_limit"])
         augmentation = ("each training batch randomly cropped (zero padding 4) and mirrored left-right, per example"
                         if self.settings["augment"] else "no augmentation")
         return replace(data, preprocessing=(
@@ -280,14 +280,14 @@ class CIFAR10ADADP(Classification):
         choice = self.settings["pretraining"]
         if choice != "auto":
             return choice
-        available = datasets.CIFAR100_PYTHON.is_available() or mirror_dir() is None
+        available = cifar.CIFAR100_PYTHON.is_available() or mirror_dir() is None
         return "cifar100" if available else "cifar10_first10k"
 
     def split(self, cifar10: TaskData):
         """(public images, their labels, number of classes, public data id, description, private ``TaskData``):
         pretraining data and the private training set, with the ``train_limit`` and ``pretrain_limit`` prefixes."""
         if self.pretraining_source() == "cifar100":
-            public, classes = datasets.load_cifar100(), 100
+            public, classes = cifar.load_cifar100(), 100
             public_images, public_labels, public_id = public.x_train, public.y_train, public.data_id
             private = cifar10
             where = "the 50,000 CIFAR-100 training images (100 fine labels), as in the paper"
@@ -324,12 +324,12 @@ class CIFAR10ADADP(Classification):
         limit, train_limit = self.settings["pretrain_limit"], self.settings["train_limit"]
         public = min(public, limit) if limit > 0 else public
         private = min(private, train_limit) if train_limit > 0 else private
-        return [(datasets.DECODE_STAGE, datasets.cifar10_images_to_decode(), "decode"),
+        return [(cifar.DECODE_STAGE, cifar.cifar10_images_to_decode(), "decode"),
                 (PRETRAIN_STAGE, self.settings["pretrain_epochs"] * public, "train"),
                 (FEATURES_STAGE, private + 10_000, "forward")]
 
     def _load_data(self, plan: stages.Plan) -> TaskData:
-        public_images, public_labels, classes, public_id, where, private = self.split(datasets.load_cifar10())
+        public_images, public_labels, classes, public_id, where, private = self.split(cifar.load_cifar10())
         epochs = self.settings["pretrain_epochs"]
         setting = {"source": public_id, "classes": classes, "epochs": epochs, **PRETRAINING,
                    "architecture": "adadp-conv64x2-fc500", "normalize": [CIFAR10_MEAN, CIFAR10_STD],
@@ -347,14 +347,14 @@ class CIFAR10ADADP(Classification):
             self.convolutions.load_state_dict(torch.load(weights_path, weights_only=True))
         else:
             trained = pretrain_convolutions(public_images, public_labels, classes, epochs, public_id)
-            datasets.save_atomically(trained.state_dict(), weights_path)
+            cifar.save_atomically(trained.state_dict(), weights_path)
             self.convolutions.load_state_dict(trained.state_dict())
         if features_path.exists():
             stored = torch.load(features_path, weights_only=True)
         else:
             stored = {"train": features_of(self.convolutions, private.x_train, "training images"),
                       "test": features_of(self.convolutions, private.x_test, "test images")}
-            datasets.save_atomically(stored, features_path)
+            cifar.save_atomically(stored, features_path)
         note = f"convolutions pretrained non-privately on {where}"
         preprocessing = (
             f"{private.preprocessing} Inputs: the 1600 outputs of ADADP's two 3x3x64 convolutions (ReLU, max-pool 3/2) "

@@ -23,7 +23,7 @@ import math
 
 from torch import nn
 
-from dpbench.data import datasets
+from dpbench.data import mnist, tabular
 from dpbench.task import Classification, TaskData
 
 
@@ -80,7 +80,7 @@ class LinearClassification(Classification):
 class Digits(LinearClassification):
     name = "digits"
     description = "softmax regression on scikit-learn's bundled 8x8 digits (1,797 images, 10 classes); no download"
-    load_data = staticmethod(datasets.load_digits)
+    load_data = staticmethod(tabular.load_digits)
     profiles = {"yu2020": yu2020(1.0)}
     defaults = {"epochs": 30, "batch_size": 64, "steps": 50}
     search_lists = {"epochs": [8, 15, 30], "batch_size": [64, 256], "steps": [12, 25, 50]}
@@ -89,7 +89,7 @@ class Digits(LinearClassification):
 class BreastCancer(LinearClassification):
     name = "breast_cancer"
     description = "logistic regression on scikit-learn's bundled Wisconsin breast cancer set (569 rows); no download"
-    load_data = staticmethod(datasets.load_breast_cancer)
+    load_data = staticmethod(tabular.load_breast_cancer)
     profiles = {"yu2020": yu2020(0.1)}
     defaults = {"epochs": 30, "batch_size": 32, "steps": 50}
     search_lists = {"epochs": [8, 15, 30], "batch_size": [32, 128], "steps": [12, 25, 50]}
@@ -98,7 +98,7 @@ class BreastCancer(LinearClassification):
 class Adult(LinearClassification):
     name = "adult"
     description = "logistic regression on UCI Adult (income > 50K; 45,222 complete rows, 80/20 split)"
-    load_data = staticmethod(datasets.load_adult)
+    load_data = staticmethod(tabular.load_adult)
     profiles = {"yu2020": yu2020(0.1)}
     defaults = {"epochs": 10, "batch_size": 256, "steps": 50}
     search_lists = {"epochs": [3, 5, 10], "batch_size": [256, 1024], "steps": [12, 25, 50]}
@@ -107,7 +107,7 @@ class Adult(LinearClassification):
 class KDDCup99(LinearClassification):
     name = "kddcup99"
     description = "logistic regression on KDD Cup 1999, 10% set: normal traffic vs attack (494,021 rows)"
-    load_data = staticmethod(datasets.load_kddcup99)
+    load_data = staticmethod(tabular.load_kddcup99)
     profiles = {"yu2020": yu2020(0.1)}
     defaults = {"epochs": 2, "batch_size": 1024, "steps": 50}
     search_lists = {"epochs": [1, 2], "batch_size": [1024, 4096], "steps": [12, 25, 50]}
@@ -116,7 +116,7 @@ class KDDCup99(LinearClassification):
 class Covertype(LinearClassification):
     name = "covertype"
     description = "softmax regression on UCI Covertype (7 forest cover types); the mirror's 10,000-row subset offline"
-    load_data = staticmethod(datasets.load_covertype)
+    load_data = staticmethod(tabular.load_covertype)
     profiles = {"yu2020": yu2020(1.0)}
     defaults = {"epochs": 20, "batch_size": 128, "steps": 50}
     search_lists = {"epochs": [5, 10, 20], "batch_size": [128, 512], "steps": [12, 25, 50]}
@@ -125,7 +125,7 @@ class Covertype(LinearClassification):
 class MNISTLogReg(LinearClassification):
     name = "mnist_logreg"
     description = "softmax regression on MNIST pixels in [0, 1] (per-example input norm ≤ 28)"
-    load_data = staticmethod(datasets.load_mnist)
+    load_data = staticmethod(mnist.load_mnist)
     profiles = {"yu2020": yu2020(1.0)}
     max_input_norm = 28.0
     defaults = {"epochs": 10, "batch_size": 256, "steps": 50}

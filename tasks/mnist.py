@@ -39,7 +39,7 @@ from dataclasses import replace
 
 from torch import nn
 
-from dpbench.data import datasets
+from dpbench.data import mnist
 from dpbench.privacy.pca import dp_pca
 from dpbench.task import Classification, TaskData
 
@@ -106,7 +106,7 @@ class MNISTMLP(Classification):
             raise ValueError(f"network must be one of {', '.join(NETWORKS)}, not {self.settings['network']!r}")
 
     def load_data(self) -> TaskData:
-        data = datasets.load_mnist()  # cached: never modified in place
+        data = mnist.load_mnist()  # cached: never modified in place
         network = self.settings["network"]
         if network in ("adadp", "adadp256"):
             return replace(

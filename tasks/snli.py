@@ -46,7 +46,7 @@ Ambiguities and the readings taken:
 * Encoder. The paper says BERT-base; the code loads ``bert-base-cased`` (the ``paper`` profile's encoder); the task's
   default is ``bert-base-uncased``.
 * Data. The code trains on snli_1.0_train and evaluates on snli_1.0_dev; dpbench evaluates on the test split (see
-  :func:`dpbench.data.datasets.load_snli`, which also covers the mirror's dev-as-train substitute).
+  :func:`dpbench.data.snli.load_snli`, which also covers the mirror's dev-as-train substitute).
 * Privacy. The paper fixes σ = 0.4 and reports ε ≈ 7 (RDP) without δ or epochs. The code takes δ = 1/(batches
   per epoch) = 1/2146 (> 1/n, which dpbench refuses), samples fixed-size shuffled batches and accounts them as
   Poisson; its README's SNLI command trains 5 epochs, and q = 256/549,367, σ = 0.4, 5 · 2146 steps, δ = 1/2146 give
@@ -66,7 +66,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from dpbench.data import datasets
+from dpbench.data import snli
 from dpbench.data.files import DataError, dpbench_home
 from dpbench.errors import UsageError
 from dpbench.task import Classification, TaskData
@@ -178,7 +178,7 @@ def cache_folder(encoder: str, max_length: int, data_id: str, frozen_blocks: int
 
 
 @torch.inference_mode()
-def frozen_features(tokenizer, encoder, pairs: datasets.SentencePairs, max_length: int, path: Path,
+def frozen_features(tokenizer, encoder, pairs: snli.SentencePairs, max_length: int, path: Path,
                     batch_size: int = 64) -> torch.Tensor:
     """Hidden states after the embeddings and all blocks but the last, with the mask as a last channel, (n, T, H + 1).
 
@@ -244,10 +244,10 @@ class SNLI(Classification):
     def load_data(self) -> TaskData:
         settings = self.settings
         encoder_name, max_length, prefix = settings["encoder"], settings["max_length"], settings["prefix"]
-        text = datasets.load_snli()
+        text = snli.load_snli()
         splits, data_id = {"train": text.train, "test": text.test}, text.data_id
         if prefix:
-            splits = {split: datasets.SentencePairs(pairs.premises[:prefix], pairs.hypotheses[:prefix],
+            splits = {split: snli.SentencePairs(pairs.premises[:prefix], pairs.hypotheses[:prefix],
                                                     pairs.labels[:prefix]) for split, pairs in splits.items()}
             data_id = f"{data_id}-first{prefix}"
         tokenizer, encoder, info = load_encoder(encoder_name)
@@ -280,7 +280,7 @@ class SNLI(Classification):
                         note)
 
     def build_model(self, data: TaskData) -> nn.Module:
-        self.classes = len(datasets.SNLI_LABELS)
+        self.classes = len(snli.SNLI_LABELS)
         model = LastBlockClassifier(*self.pretrained, self.config, self.classes,
                                     self.settings["dropout"])
         if self.settings["init"] == "random":

@@ -12,7 +12,7 @@ import torch
 from torch.nn import functional as F
 
 from dpbench.cli import main
-from dpbench.data import datasets
+from dpbench.data import cifar as cifar_data
 from dpbench.data.files import RemoteFile
 from dpbench.methods.ada_dp import AdaDP
 from dpbench.methods.dpadam_bc import DPAdamBC
@@ -32,7 +32,7 @@ def run_json(capsys, *args):
 # --- loaders --------------------------------------------------------------------------------------------------------
 
 def test_jpeg_mirror_loads_all_images_balanced_under_its_own_id(cifar_home):
-    data = datasets.load_cifar10()
+    data = cifar_data.load_cifar10()
     assert data.data_id == "cifar10-jpeg" and "lossy" in data.note
     assert data.x_train.shape == (50000, 3, 32, 32) and data.x_test.shape == (10000, 3, 32, 32)
     assert data.x_train.dtype == torch.uint8
@@ -62,7 +62,7 @@ def _mirror_with(tmp_path, monkeypatch, attribute, folder, name, payload):
     (tmp_path / folder).mkdir()
     (tmp_path / folder / name).write_bytes(payload)
     monkeypatch.setenv("DPBENCH_MIRROR", str(tmp_path))
-    monkeypatch.setattr(datasets, attribute, RemoteFile(
+    monkeypatch.setattr(cifar_data, attribute, RemoteFile(
         folder, name, "https://example.invalid/", f"md5:{hashlib.md5(payload).hexdigest()}"))
 
 
@@ -76,7 +76,7 @@ def test_canonical_pickles_are_parsed_channel_first_in_batch_order(tmp_path, mon
     members |= {f"cifar-10-batches-py/{name}": _pickled_batch(images, labels[name], b"labels")
                 for name, images in reversed(batches.items())}  # archive order differs from the split order
     _mirror_with(tmp_path, monkeypatch, "CIFAR10_PYTHON", "cifar10", "cifar-10-python.tar.gz", _tar_gz(members))
-    data = datasets.load_cifar10()
+    data = cifar_data.load_cifar10()
     assert data.data_id == "cifar10" and data.note is None
     order = [f"data_batch_{i}" for i in range(1, 6)]
     assert torch.equal(data.x_train, torch.from_numpy(np.concatenate([batches[name] for name in order])))
@@ -90,13 +90,13 @@ def test_cifar100_pickles_use_the_fine_labels(tmp_path, monkeypatch):
     batch = {b"data": images.reshape(2, 3072), b"fine_labels": [42, 99], b"coarse_labels": [1, 2]}
     payload = _tar_gz({"cifar-100-python/train": pickle.dumps(batch), "cifar-100-python/test": pickle.dumps(batch)})
     _mirror_with(tmp_path, monkeypatch, "CIFAR100_PYTHON", "cifar100", "cifar-100-python.tar.gz", payload)
-    data = datasets.load_cifar100()
+    data = cifar_data.load_cifar100()
     assert data.data_id == "cifar100" and data.y_train.tolist() == [42, 99]
     assert torch.equal(data.x_train, torch.from_numpy(images))
 
 
 def test_public_slice_is_disjoint_from_the_private_split(cifar_home):
-    cifar10 = datasets.load_cifar10()
+    cifar10 = cifar_data.load_cifar10()
     task = cifar.CIFAR10ADADP()
     assert task.pretraining_source() == "cifar10_first10k"  # the mirror has no CIFAR-100
     public_images, public_labels, classes, public_id, where, private = task.split(cifar10)
@@ -218,5 +218,5 @@ def test_adadp_smoke_profile_caches_frozen_layers_and_features(capsys, cifar_hom
     for name, value in task.convolutions.state_dict().items():
         assert torch.equal(value, frozen[name])
     # The head trained on exactly the frozen layers' outputs for the private images 10,000..11,999.
-    images = datasets.load_cifar10().x_train[10000:12000]
+    images = cifar_data.load_cifar10().x_train[10000:12000]
     torch.testing.assert_close(data.x_train, features_of(task.convolutions, images), rtol=1e-5, atol=1e-6)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dpbench.cli import main
-from dpbench.data import datasets
+from dpbench.data import tabular
 from dpbench.results import store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -176,7 +176,7 @@ def test_bad_input_is_refused(refused, args, message):
 
 def test_missing_dataset_without_network_says_where_to_put_it(refused, tmp_path, monkeypatch):
     monkeypatch.setenv("DPBENCH_MIRROR", str(tmp_path / "empty-mirror"))
-    monkeypatch.setattr(datasets, "ADULT_DATA", dataclasses.replace(datasets.ADULT_DATA, url="http://127.0.0.1:9/x"))
+    monkeypatch.setattr(tabular, "ADULT_DATA", dataclasses.replace(tabular.ADULT_DATA, url="http://127.0.0.1:9/x"))
     err = refused("run", "--method", "dpsgd", "--task", "adult")
     assert "put adult.data" in err and str(tmp_path / "empty-mirror" / "adult") in err
 
@@ -190,7 +190,7 @@ def test_corrupt_file_names_the_file_and_both_hashes(refused, tmp_path, monkeypa
     monkeypatch.setenv("DPBENCH_MIRROR", str(tmp_path / "mirror"))
     err = refused("run", "--method", "dpsgd", "--task", "adult")
     actual = hashlib.sha256((corrupt / "adult.data").read_bytes()).hexdigest()
-    assert str(corrupt / "adult.data") in err and actual in err and datasets.ADULT_DATA.checksum.split(":")[1] in err
+    assert str(corrupt / "adult.data") in err and actual in err and tabular.ADULT_DATA.checksum.split(":")[1] in err
 
 
 def test_console_script_exits_2_on_bad_input():

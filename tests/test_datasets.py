@@ -1,4 +1,4 @@
-"""dpbench.data.datasets on the offline mirror of canonical files.
+"""The loaders of dpbench.data (tabular, mnist, cifar, snli) on the offline mirror of canonical files.
 
 The mirror is ``$DPBENCH_TEST_MIRROR``, by default ``<repo root>/../shared/data``; tests that need it are skipped when
 it does not exist. Each dataset is loaded once per module (kddcup99 takes a few seconds).
@@ -20,13 +20,18 @@ import pytest
 import sklearn.datasets
 import torch
 
-from dpbench.data import files, datasets
+from dpbench.data import cifar, files, mnist, snli, tabular
 from dpbench.data.files import DataError
 
 MIRROR = Path(
     os.environ.get("DPBENCH_TEST_MIRROR") or (Path(__file__).resolve().parents[1] / ".." / "shared" / "data")
 ).resolve()
 UNREACHABLE = "http://127.0.0.1:9/x"
+
+
+def source(name: str):
+    """The loader module (by source) that defines ``name``."""
+    return next(module for module in (tabular, mnist, cifar, snli) if name in vars(module))
 
 # loader: data_id, n_train, n_test, classes, rows of unit norm, partial dataset (has a note)
 EXPECTED = {
@@ -69,7 +74,7 @@ def mirror_env(tmp_path_factory):
 @pytest.fixture(scope="module", params=list(EXPECTED))
 def loaded(request, mirror_env):
     """(loader name, TaskData), loaded once per module."""
-    return request.param, getattr(datasets, request.param)()
+    return request.param, getattr(source(request.param), request.param)()
 
 
 def test_sizes_types_and_classes(loaded):
@@ -94,7 +99,7 @@ def test_feature_scaling(loaded):
         if EXPECTED[name][4]:
             torch.testing.assert_close(x.norm(dim=1), torch.ones(len(x)), atol=1e-5, rtol=0)
         else:  # MNIST: pixels /255, flattened 28x28, rows not normalized
-            assert x.shape[1] == 784 == np.prod(datasets.MNIST_IMAGE_SHAPE)
+            assert x.shape[1] == 784 == np.prod(mnist.MNIST_IMAGE_SHAPE)
             assert x.max() == 1.0 and x.norm(dim=1).max() > 2
 
 
@@ -112,7 +117,7 @@ def test_id_note_and_preprocessing(loaded):
 def test_loading_is_deterministic(loaded, monkeypatch, tmp_path):
     name, first = loaded
     use_mirror(monkeypatch, tmp_path / "home")
-    second = getattr(datasets, name)()
+    second = getattr(source(name), name)()
     for field in ("x_train", "y_train", "x_test", "y_test"):
         assert torch.equal(getattr(first, field), getattr(second, field)), field
     assert (first.data_id, first.preprocessing, first.note) == (second.data_id, second.preprocessing, second.note)
@@ -123,14 +128,14 @@ def test_split_is_the_dp_erm_convention():
     x = digits.data / 16.0
     x = x / np.linalg.norm(x, axis=1, keepdims=True)
     order = np.random.default_rng(0).permutation(len(x))
-    task_data = datasets.load_digits()
+    task_data = tabular.load_digits()
     np.testing.assert_allclose(task_data.x_train.numpy(), x[order[:1437]], atol=1e-6)
     np.testing.assert_array_equal(task_data.y_test.numpy(), digits.target[order[1437:]])
 
 
 def test_adult_label_balance(monkeypatch, tmp_path):
     use_mirror(monkeypatch, tmp_path / "home")
-    task_data = datasets.load_adult()
+    task_data = tabular.load_adult()
     labels = torch.cat([task_data.y_train, task_data.y_test]).double()
     assert len(labels) == 45222
     assert labels.mean().item() == pytest.approx(0.248, abs=0.001)  # 11,208 of 45,222 earn >50K
@@ -152,7 +157,7 @@ def test_corrupted_mirror_file_is_rejected(tmp_path, monkeypatch, loader, folder
     corrupted.write_bytes(bytes(content))
     monkeypatch.setenv("DPBENCH_MIRROR", str(mirror))
     with pytest.raises(DataError) as error:
-        getattr(datasets, loader)()
+        getattr(source(loader), loader)()
     message = str(error.value)
     assert str(corrupted) in message
     assert hashlib.sha256(content).hexdigest() in message  # the actual hash
@@ -162,12 +167,12 @@ def test_corrupted_mirror_file_is_rejected(tmp_path, monkeypatch, loader, folder
 @pytest.mark.parametrize(
     ("loader", "mirrored", "remote"),
     [
-        ("load_adult", True, datasets.ADULT_DATA),
-        ("load_kddcup99", True, datasets.KDDCUP99_10PCT),
-        ("load_covertype", True, datasets.COVTYPE),  # an empty mirror has no subset: ask for the full file
-        ("load_covertype", False, datasets.COVTYPE),
-        ("load_mnist", True, datasets.MNIST_5K),  # a mirror without training images: the 5k fallback
-        ("load_mnist", False, datasets.MNIST_TRAIN_IMAGES),  # no mirror: the canonical files
+        ("load_adult", True, tabular.ADULT_DATA),
+        ("load_kddcup99", True, tabular.KDDCUP99_10PCT),
+        ("load_covertype", True, tabular.COVTYPE),  # an empty mirror has no subset: ask for the full file
+        ("load_covertype", False, tabular.COVTYPE),
+        ("load_mnist", True, mnist.MNIST_5K),  # a mirror without training images: the 5k fallback
+        ("load_mnist", False, mnist.MNIST_TRAIN_IMAGES),  # no mirror: the canonical files
     ],
 )
 def test_missing_file_error_says_where_to_put_it(tmp_path, monkeypatch, loader, mirrored, remote):
@@ -178,9 +183,9 @@ def test_missing_file_error_says_where_to_put_it(tmp_path, monkeypatch, loader, 
         monkeypatch.setenv("DPBENCH_MIRROR", str(mirror))
     else:
         monkeypatch.delenv("DPBENCH_MIRROR", raising=False)
-    monkeypatch.setattr(datasets, "fetch", lambda file: files.fetch(dataclasses.replace(file, url=UNREACHABLE)))
+    monkeypatch.setattr(source(loader), "fetch", lambda file: files.fetch(dataclasses.replace(file, url=UNREACHABLE)))
     with pytest.raises(DataError) as error:
-        getattr(datasets, loader)()
+        getattr(source(loader), loader)()
     message = str(error.value)
     assert f"cannot download {UNREACHABLE}" in message
     assert f"put {remote.name} ({remote.checksum}) in" in message
@@ -195,11 +200,11 @@ def test_missing_file_error_says_where_to_put_it(tmp_path, monkeypatch, loader, 
 
 def _canonical(tmp_path, monkeypatch, attribute: str, payload: bytes, payload_md5: bool = False):
     """A mirror holding ``payload`` as the canonical file ``datasets.<attribute>``, with the checksum it has."""
-    remote = getattr(datasets, attribute)
+    remote = getattr(source(attribute), attribute)
     (tmp_path / "mirror" / remote.folder).mkdir(parents=True, exist_ok=True)
     (tmp_path / "mirror" / remote.folder / remote.name).write_bytes(payload)
     digest = hashlib.md5(gzip.decompress(payload) if payload_md5 else payload).hexdigest()
-    monkeypatch.setattr(datasets, attribute, dataclasses.replace(remote, checksum=f"md5:{digest}"))
+    monkeypatch.setattr(source(attribute), attribute, dataclasses.replace(remote, checksum=f"md5:{digest}"))
     monkeypatch.setenv("DPBENCH_MIRROR", str(tmp_path / "mirror"))
     monkeypatch.setenv("DPBENCH_HOME", str(tmp_path / "home"))
 
@@ -217,7 +222,7 @@ def test_full_mnist_reads_the_canonical_idx_files(tmp_path, monkeypatch):
     for split in ("TRAIN", "TEST"):
         _canonical(tmp_path, monkeypatch, f"MNIST_{split}_IMAGES", _idx(images[split]), payload_md5=True)
         _canonical(tmp_path, monkeypatch, f"MNIST_{split}_LABELS", _idx(labels[split]), payload_md5=True)
-    loaded = datasets.load_mnist.__wrapped__()  # not the process's cached copy
+    loaded = mnist.load_mnist.__wrapped__()  # not the process's cached copy
     assert loaded.data_id == "mnist" and loaded.note is None and loaded.x_train.shape == (60000, 784)
     expected = images["TRAIN"][123].reshape(784).astype(np.float32) / np.float32(255)
     assert torch.equal(loaded.x_train[123], torch.from_numpy(expected))
@@ -234,7 +239,7 @@ def test_full_covertype_reads_the_canonical_file(tmp_path, monkeypatch):
     table = np.hstack([continuous, wilderness, soil, cover[:, None]])
     text = "\n".join(",".join(map(str, row)) for row in table) + "\n"  # covtype.data: no header, 55 columns
     _canonical(tmp_path, monkeypatch, "COVTYPE", gzip.compress(text.encode()))
-    loaded = datasets.load_covertype()
+    loaded = tabular.load_covertype()
     assert loaded.data_id == "covertype" and loaded.note is None
     assert len(loaded.y_train) + len(loaded.y_test) == rows and loaded.x_train.shape[1] == 54
     assert sorted(set(loaded.y_train.tolist()) | set(loaded.y_test.tolist())) == sorted(set(cover - 1))
@@ -255,7 +260,7 @@ def test_snli_train_reads_the_canonical_zip(tmp_path, monkeypatch):
         for split, pairs in (("train", train), ("dev", test), ("test", test)):
             archive.writestr(f"snli_1.0/snli_1.0_{split}.jsonl", jsonl(pairs))
     _canonical(tmp_path, monkeypatch, "SNLI_ZIP", buffer.getvalue())
-    loaded = datasets.load_snli.__wrapped__()
+    loaded = snli.load_snli.__wrapped__()
     assert loaded.data_id == "snli" and loaded.note is None
     assert loaded.train.premises == ["A man sleeps.", "Two dogs run.", "A girl reads."]
     assert loaded.train.labels.tolist() == [0, 2, 1] and loaded.test.hypotheses == ["It is wet."]

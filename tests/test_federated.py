@@ -11,7 +11,7 @@ from torch import nn
 
 from dpbench import registry
 from dpbench.cli import main
-from dpbench.data import datasets
+from dpbench.data import cifar
 from dpbench.federated import experiment
 from dpbench.federated.fedavg import (CLIENT_CLASSES, AdaDPClients, StackedModel, available_client_size, average, client_split,
                                       local_round, make_clients)
@@ -241,9 +241,9 @@ def test_pathological_split_gives_each_client_its_two_classes():
     for k, pair in enumerate(CLIENT_CLASSES):
         expected = torch.zeros(10, dtype=torch.long)
         for name in pair:
-            expected[datasets.CIFAR10_CLASSES.index(name)] = 20
+            expected[cifar.CIFAR10_CLASSES.index(name)] = 20
         assert class_counts(labels, split[k]).tolist() == expected.tolist()
-        first = [set((labels == datasets.CIFAR10_CLASSES.index(n)).nonzero().flatten()[:20].tolist()) for n in pair]
+        first = [set((labels == cifar.CIFAR10_CLASSES.index(n)).nonzero().flatten()[:20].tolist()) for n in pair]
         assert set(split[k].tolist()) == first[0] | first[1]  # the first 20 of each class, in loader order
     # Client 1 has cars and trucks, client 2 planes and ships, ... (the paper's pairs).
     assert [set(p) for p in CLIENT_CLASSES][:2] == [{"automobile", "truck"}, {"airplane", "ship"}]
@@ -268,7 +268,7 @@ def test_a_third_random_keeps_two_thirds_of_each_clients_own_classes():
     split = client_split(labels, 1 / 3, 600, seed=3)
     for k, pair in enumerate(CLIENT_CLASSES):
         counts = class_counts(labels, split[k])
-        own = sum(int(counts[datasets.CIFAR10_CLASSES.index(n)]) for n in pair)
+        own = sum(int(counts[cifar.CIFAR10_CLASSES.index(n)]) for n in pair)
         assert len(split[k]) == 600 and 400 <= own < 600 and (counts > 0).sum() == 10
     assert len(set(torch.cat(split).tolist())) == 3000
 

@@ -10,7 +10,7 @@ from torch import nn
 
 from dpbench import registry
 from dpbench.cli import main
-from dpbench.data import datasets
+from dpbench.data import mnist
 from dpbench.privacy import streams
 from dpbench.privacy.accounting import calibrate_noise_multiplier
 from dpbench.privacy.pca import dp_pca, noisy_covariance
@@ -111,7 +111,7 @@ def test_adadp_initialization_follows_its_code_fan_out_rule(mirror):
 
 
 def test_adadp_inputs_are_normalized_with_the_mnist_constants(mirror):
-    raw = datasets.load_mnist()
+    raw = mnist.load_mnist()
     task = prepared(0, network="adadp")
     torch.testing.assert_close(task.data.x_train, (raw.x_train - 0.1307) / 0.3081)
     torch.testing.assert_close(task.data.x_test, (raw.x_test - 0.1307) / 0.3081)
@@ -121,7 +121,7 @@ def test_adadp_inputs_are_normalized_with_the_mnist_constants(mirror):
 
 
 def test_adaclip_network_projects_both_splits_with_a_fresh_pca_per_seed(mirror):
-    raw = datasets.load_mnist()
+    raw = mnist.load_mnist()
     first, other = (prepared(seed, network="adaclip") for seed in (0, 1))
     assert first.data.x_train.shape == (raw.n_train, 60) and first.data.x_test.shape == (10_000, 60)
     assert not torch.allclose(first.data.x_train, other.data.x_train)  # drawn again, not cached

@@ -8,14 +8,14 @@ import pytorch_lightning as pl
 import torch
 
 from dpbench.cli import main
-from dpbench.data import datasets
+from dpbench.data import snli
 from dpbench.privacy.ghost import unsupported_layers
 from dpbench.results import store
 from dpbench.tasks.snli import OFFLINE_ENCODER, SNLI, load_encoder
 
 
 def test_mirror_loader_has_dev_as_train_and_the_canonical_test_split(mirror):
-    text = datasets.load_snli()
+    text = snli.load_snli()
     assert text.data_id == "snli-dev-as-train" and "dev pairs serve as the training set" in text.note
     assert "tokenized" in text.preprocessing
     assert len(text.train.premises) == len(text.train.hypotheses) == len(text.train.labels) == 9842
@@ -23,9 +23,9 @@ def test_mirror_loader_has_dev_as_train_and_the_canonical_test_split(mirror):
     # Counts per label from the mirror's PROVENANCE.txt (entailment, neutral, contradiction).
     assert text.train.labels.bincount().tolist() == [3329, 3235, 3278]
     assert text.test.labels.bincount().tolist() == [3368, 3219, 3237]
-    assert datasets.SNLI_LABELS == ("entailment", "neutral", "contradiction")
+    assert snli.SNLI_LABELS == ("entailment", "neutral", "contradiction")
     assert text.train.premises[0].split() == "Two women are embracing while holding to go packages .".split()
-    assert text.train.labels[0] == datasets.SNLI_LABELS.index("neutral")
+    assert text.train.labels[0] == snli.SNLI_LABELS.index("neutral")
 
 
 def prepared(**options) -> SNLI:
@@ -40,7 +40,7 @@ def test_frozen_cache_plus_trained_block_reproduces_the_full_encoder(mirror):
     x = task.data.x_test
     width = task.config.hidden_size
     assert x.shape[2] == width + 1 and set(x[..., width].unique().tolist()) == {0.0, 1.0}
-    text = datasets.load_snli().test
+    text = snli.load_snli().test
     tokenizer, encoder, _ = load_encoder(OFFLINE_ENCODER)
     tokens = tokenizer(text.premises[:24], text.hypotheses[:24], truncation=True, max_length=128, padding=True,
                        return_tensors="pt")

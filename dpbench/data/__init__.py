@@ -1,4 +1,5 @@
-"""Data: dataset files (a mirror, the cache, the canonical source), their loaders by source, dense and sparse rows,
+"""Data: dataset files (a mirror, the cache, the canonical source), their loaders by source (``tabular``, ``mnist``,
+``cifar``, ``snli``, ``libsvm``), dense and sparse rows,
 and :class:`~dpbench.data.taskdata.TaskData`, the tensors a task hands the engine.
 
 Owns no privacy: a private preprocessing step (DP-PCA) lives in :mod:`dpbench.privacy` and is listed in ``TaskData``.

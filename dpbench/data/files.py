@@ -10,6 +10,7 @@ Environment:
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import os
@@ -18,9 +19,13 @@ import tempfile
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import platformdirs
 from tqdm.auto import tqdm
+
+if TYPE_CHECKING:
+    from dpbench.data.taskdata import TaskData
 
 
 class DataError(Exception):
@@ -141,3 +146,18 @@ def fetch(remote: RemoteFile) -> Path:
             ) from None
     verify(cached, remote)
     return cached
+
+
+def cached(loader):
+    """Keep a loader's result for the process, per data source (mirror and cache folders), so that a sweep of
+    many runs parses each dataset once. Callers must not modify the returned tensors (the engine does not)."""
+    results: dict[tuple, TaskData] = {}
+
+    @functools.wraps(loader)
+    def load() -> TaskData:
+        source = (mirror_dir(), dpbench_home())
+        if source not in results:
+            results[source] = loader()
+        return results[source]
+
+    return load

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dpbench.data import datasets
+from dpbench.data import cifar
 from dpbench.privacy import streams
 from dpbench.task import Task
 
@@ -58,7 +58,7 @@ def client_split(labels: torch.Tensor, fraction: float, client_size: int, seed: 
     ``client_size`` images, (1 − fraction) of them from its own classes and the rest a uniform draw from everyone's
     (0: the pathological split; 1: a uniformly random split into equal parts). The paper does not say how it
     interpolates; this reading keeps its equal client sizes. Draws: stream ``federated-split`` of ``seed``."""
-    names = datasets.CIFAR10_CLASSES
+    names = cifar.CIFAR10_CLASSES
     generator = streams.generator(seed, "federated-split")
     moved = round(fraction * client_size)
     kept, pool = [], []
@@ -73,8 +73,8 @@ def client_split(labels: torch.Tensor, fraction: float, client_size: int, seed: 
 
 def available_client_size(labels: torch.Tensor) -> int:
     """The largest client size that every client can fill half and half from its own two classes."""
-    counts = labels.bincount(minlength=len(datasets.CIFAR10_CLASSES))
-    return 2 * min(int(counts[datasets.CIFAR10_CLASSES.index(name)]) for pair in CLIENT_CLASSES for name in pair)
+    counts = labels.bincount(minlength=len(cifar.CIFAR10_CLASSES))
+    return 2 * min(int(counts[cifar.CIFAR10_CLASSES.index(name)]) for pair in CLIENT_CLASSES for name in pair)
 
 
 # --- the stacked model ----------------------------------------------------------------------------------------------
