@@ -126,8 +126,9 @@ def _package_folder(package: str) -> Path:
 
 
 def _engine_module(qualified: str, classes: dict[str, _Class]) -> None:
-    """Read the dpbench module that defines ``qualified`` (e.g. ``dpbench.release.mechanisms.OutputPerturbationMethod``), if
-    it is one and not read yet: the base classes of the engine, found without importing the module."""
+    """Read the dpbench module that defines ``qualified`` (e.g.
+    ``dpbench.release.mechanisms.OutputPerturbationMethod``), if it is one and not read yet: the base classes of the
+    engine, found without importing the module."""
     module = qualified.rpartition(".")[0]
     if not module.startswith("dpbench.") or any(c.module == module for c in classes.values()):
         return

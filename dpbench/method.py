@@ -214,10 +214,11 @@ def _restore(current: Any, saved: Any, where: str) -> Any:
 class ReleaseMethod(Method):
     """Base class of the methods outside the gradient mould: output and objective perturbation.
 
-    Such a method never sees a noisy gradient. ``dpbench.release.mechanisms`` (the engine's release mechanisms) clips the
-    training inputs to the norm the method declares, runs the method's non-private computation, draws every noise
+    Such a method never sees a noisy gradient. ``dpbench.release.mechanisms`` (the engine's release mechanisms) clips
+    the training inputs to the norm the method declares, runs the method's non-private computation, draws every noise
     vector and charges the privacy from the sensitivity or constants the method declares. Subclass
-    ``dpbench.release.mechanisms.OutputPerturbationMethod`` or ``dpbench.release.mechanisms.ObjectivePerturbationMethod``.
+    ``dpbench.release.mechanisms.OutputPerturbationMethod`` or
+    ``dpbench.release.mechanisms.ObjectivePerturbationMethod``.
     """
 
     def __init__(self, hyperparameters: dict[str, Any]):

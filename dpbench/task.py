@@ -29,8 +29,9 @@ class Task(pl.LightningModule):
     defaults: ClassVar[dict[str, Any]] = {}
     method_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
     options: ClassVar[dict[str, Any]] = {}
-    #: The validation track's lists, shared by every method (``dpbench.tuning.validation``): ``epochs`` and ``batch_size``
-    #: for minibatch methods, ``steps`` (full-batch steps, their epochs) for full-batch ones. Empty: the defaults.
+    #: The validation track's lists, shared by every method (``dpbench.tuning.validation``): ``epochs`` and
+    #: ``batch_size`` for minibatch methods, ``steps`` (full-batch steps, their epochs) for full-batch ones. Empty: the
+    #: defaults.
     search_lists: ClassVar[dict[str, list[int]]] = {}
     #: Named settings (``dpbench run --profile NAME``), applied over the defaults and under the command line:
     #: hyperparameters and options for every method, per-method ones under ``"methods"``, and a default budget

@@ -15,12 +15,13 @@ How runs are grouped, so that no cell mixes runs that are not comparable:
   and a 95% confidence interval (Student's t with n − 1 degrees of freedom); a seed run more than once counts once,
   with the mean of its runs.
 * Within a track and a column, the leader is the best mean; it is marked the *winner* only where it beats the
-  runner-up at one-sided Welch p < 0.05; otherwise every row not significantly below it (Welch p ≥ 0.05) is marked
-  a *tied leader* (cells of one seed are never marked). Tracks are never ranked against each other: they charge different things to the budget. A row's
-  rank in its track is by its mean rank over the columns it has.
+  runner-up at one-sided Welch p < 0.05; otherwise every row not significantly below it (Welch p ≥ 0.05) is marked a
+  *tied leader* (cells of one seed are never marked). Tracks are never ranked against each other: they charge different
+  things to the budget. A row's rank in its track is by its mean rank over the columns it has.
 * A cell whose mean accuracy is within max(0.002, 2 standard errors) of the test set's majority-class rate is
   *collapsed* (the model predicts one class): flagged, never hidden.
-* A row of an external plugin says so, and how far it can be trusted (:func:`~dpbench.trust.marks.plugin_mark`): "isolated" only when
+* A row of an external plugin says so, and how far it can be trusted (:func:`~dpbench.trust.marks.plugin_mark`):
+"isolated" only when
   its runs ran the method in a process of its own (``dpbench run --isolate``, :mod:`dpbench.run.isolation`: the method
   never held the data), otherwise "unverified: in-process plugin"; then, as evidence only, whether a white-box audit
   of the same code on the task passed (``dpbench audit``): "unaudited" unless one did, "audit failed" if any failed.

@@ -17,12 +17,11 @@ optional. The tracks, every method treated alike:
 
 Non-private methods run once per seed, not once per ε. A cell's runs train as one batched computation where
 :mod:`dpbench.run.multiseed` applies (seeds; a cell's trials; the trials of all its tuning seeds), with the records of
-separate runs. A stored record counts only if it has the identity a run would have now (settings, code, ledger
-version: :func:`dpbench.results.records.identity`). Cells run in this process, on a Dask ``LocalCluster`` of ``--workers``
-processes, or on an existing Dask cluster (``--scheduler tcp://host:port``: dask-jobqueue on Slurm/PBS,
-dask-kubernetes, or ``dask scheduler`` and ``dask worker`` started by hand); the full-data methods, the longest jobs,
-start first. Workers send records back and this process stores them. One progress bar with an ETA runs over all
-cells.
+separate runs. A stored record counts only if it has the identity a run would have now (settings, code, ledger version:
+:func:`dpbench.results.records.identity`). Cells run in this process, on a Dask ``LocalCluster`` of ``--workers``
+processes, or on an existing Dask cluster (``--scheduler tcp://host:port``: dask-jobqueue on Slurm/PBS, dask-kubernetes,
+or ``dask scheduler`` and ``dask worker`` started by hand); the full-data methods, the longest jobs, start first.
+Workers send records back and this process stores them. One progress bar with an ETA runs over all cells.
 
 Dask distributed, not Ray: the workload is many short CPU jobs whose results are small records, Dask's scheduler is
 pure Python and costs little on a laptop, and dask-jobqueue reaches the batch clusters research groups have.
@@ -187,8 +186,8 @@ def _cost(cell: Cell, methods: dict[str, type]) -> tuple[int, int]:
 
 
 def _stored() -> set[tuple[str, int]]:
-    """(identity, seed) of the stored runs (:func:`dpbench.results.records.identity`: settings, code, ledger), each checked
-    first: the store is a file anyone can edit."""
+    """(identity, seed) of the stored runs (:func:`dpbench.results.records.identity`: settings, code, ledger), each
+    checked first: the store is a file anyone can edit."""
     stored = store.load()
     for record in stored:
         try:

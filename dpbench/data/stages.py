@@ -2,11 +2,11 @@
 pretrains convolutions, extracts features and only then trains privately. Each stage's bar is labelled
 ``stage k/n`` and shows, besides its own ETA, an estimate for all the stages left (``all ≈ m:ss``).
 
-The estimate converts each stage's work into one unit, a forward pass of one image through the network being
-prepared, with fixed relative costs (``COST``, measured once on a 2-core CPU: decoding a 32x32 JPEG took 0.11 ms,
-a forward pass 0.9 ms, a pretraining step 1.2 ms per image with augmentation), and divides the units left by the
-rate measured so far in this run. It is an estimate, labelled as one; the private training stage, last, has Lightning's own bar,
-whose ETA is then the run's.
+The estimate converts each stage's work into one unit, a forward pass of one image through the network being prepared,
+with fixed relative costs (``COST``, measured once on a 2-core CPU: decoding a 32x32 JPEG took 0.11 ms, a forward pass
+0.9 ms, a pretraining step 1.2 ms per image with augmentation), and divides the units left by the rate measured so far
+in this run. It is an estimate, labelled as one; the private training stage, last, has Lightning's own bar, whose ETA is
+then the run's.
 
 A stage that a cache makes unnecessary is not planned. Code that can run inside a plan or alone (e.g. a dataset
 loader) names its stage with :func:`label` and reports work with :func:`advance`; both do nothing outside a plan.

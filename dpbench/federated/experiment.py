@@ -143,7 +143,8 @@ def resolve(spec: FederatedSpec) -> tuple[dict[str, Any], dict[str, Any], dict[s
 
 
 def _code() -> dict[str, str]:
-    """sha256 of this module and :mod:`dpbench.federated.fedavg` (the client rules live there, not in a method plugin)."""
+    """sha256 of this module and :mod:`dpbench.federated.fedavg` (the client rules live there, not in a method
+    plugin)."""
     folder = Path(__file__).parent
     return {f"dpbench/federated/{name}": hashlib.sha256((folder / name).read_bytes()).hexdigest()
             for name in ("fedavg.py", "experiment.py")}

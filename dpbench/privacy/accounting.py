@@ -259,13 +259,13 @@ def calibrate_noise_multiplier(
 ) -> float:
     """Smallest σ (to dp-accounting's bisection tolerance, 1e-4) whose ε for this mechanism is ≤ ``target_epsilon``.
 
-    With ``preceded_by``, the training gets what those data releases leave of the budget. With the PLD accountant
-    the bisection discretizes privacy losses at (⌊4ε⌋ ∨ 1)·1e-4 instead of 1e-4 (about constant relative precision:
+    With ``preceded_by``, the training gets what those data releases leave of the budget. With the PLD accountant the
+    bisection discretizes privacy losses at (⌊4ε⌋ ∨ 1)·1e-4 instead of 1e-4 (about constant relative precision:
     calibrating at ε = 8 took 27 s at 1e-4, for a σ at most ~0.1% above the finest calibration); the coarser grid
-    contains the finer one and both estimates are pessimistic, so the σ found also meets the target at 1e-4, which
-    is then checked (and σ raised by steps of 1e-4 relative if it did not). Results are kept on disk
-    (:mod:`dpbench.privacy.cache`): they are pure functions of the arguments and dp-accounting's version. ValueError where
-    no σ can be found or computed."""
+    contains the finer one and both estimates are pessimistic, so the σ found also meets the target at 1e-4, which is
+    then checked (and σ raised by steps of 1e-4 relative if it did not). Results are kept on disk
+    (:mod:`dpbench.privacy.cache`): they are pure functions of the arguments and dp-accounting's version. ValueError
+    where no σ can be found or computed."""
     check_relation(accountant, sampler, neighbouring)
     _check_count(releases)
     key = (target_epsilon, delta, sample_rate, releases, accountant, sampler, releases_per_epoch, preceded_by,

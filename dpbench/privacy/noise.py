@@ -1,14 +1,14 @@
 """The Gaussian noise of the gradient releases, from one seeded stream per run.
 
-On the CPU it comes from ``dpbench.privacy._philox`` (``dpbench/privacy/_philox.c``): Philox4x32-10 counter-based bits (Salmon et
-al., SC 2011; the generator behind PyTorch's CUDA sampler) turned into float32 Gaussians by the Box–Muller
+On the CPU it comes from ``dpbench.privacy._philox`` (``dpbench/privacy/_philox.c``): Philox4x32-10 counter-based bits
+(Salmon et al., SC 2011; the generator behind PyTorch's CUDA sampler) turned into float32 Gaussians by the Box–Muller
 transform, in vectorized loops. dpbench has its own sampler because the draw is a DP step's largest fixed cost and
-PyTorch's CPU sampler is slow: one Mersenne Twister, one number at a time, about a third of the benchmark MLP's
-whole non-private step for its 269,322 parameters (docs/benchmarks.md). No library dpbench installs offers a faster
-one: NumPy's Gaussians are slower still on the benchmark machine, and Intel's ``mkl_random`` brings 1.1 GB of
-packages. The stream is a pure function of (seed, position), specified in ``_philox.c``. ``tests/test_noise.py``
-checks its bits against Random123's known answers and ``randomgen``'s independent Philox, and its numbers bit for
-bit against a NumPy transcription and statistically against N(0, 1).
+PyTorch's CPU sampler is slow: one Mersenne Twister, one number at a time, about a third of the benchmark MLP's whole
+non-private step for its 269,322 parameters (docs/benchmarks.md). No library dpbench installs offers a faster one:
+NumPy's Gaussians are slower still on the benchmark machine, and Intel's ``mkl_random`` brings 1.1 GB of packages. The
+stream is a pure function of (seed, position), specified in ``_philox.c``. ``tests/test_noise.py`` checks its bits
+against Random123's known answers and ``randomgen``'s independent Philox, and its numbers bit for bit against a NumPy
+transcription and statistically against N(0, 1).
 
 With ``--noise torch``, on other devices, or where the extension was not built (no C compiler at install time),
 the noise comes from PyTorch's ``normal_``, one parameter after another. Either way the stream is the run's

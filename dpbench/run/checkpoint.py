@@ -258,8 +258,8 @@ def check_ledger(planned, saved: dict[str, Any], folder: Path) -> None:
     differing = [f"{key} {ledger.get(key)!r}, not {value!r}" for key, value in implied.items()
                  if ledger.get(key) != value]
     # The noise stream's position: a rewound counter would add the same noise again, which two releases' difference
-    # cancels. Philox draws ⌈numel/4⌉ counter values per parameter a release (dpbench.privacy.noise); PyTorch's generator
-    # state is opaque and is not checked here.
+    # cancels. Philox draws ⌈numel/4⌉ counter values per parameter a release (dpbench.privacy.noise); PyTorch's
+    # generator state is opaque and is not checked here.
     noise_state = saved["dpbench"].get("noise") or {}
     if private and "counter" in noise_state:
         per_release = sum(-(-p.numel() // 4) for p in planned.task.parameters() if p.requires_grad)

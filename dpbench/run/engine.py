@@ -1,8 +1,8 @@
 """The engine: resolves a run, calibrates noise, trains under a Lightning ``Trainer``, and writes the record.
 
-Privacy boundary: only :class:`~dpbench.run.training.PrivateTraining` touches training data. Per step it draws the method's batches
-from the sampler, charges every drawn batch to the ledger, and hands the method a ``release`` callable that
-returns the noisy clipped gradient of the next batch. The ε in the record is computed after training from the
+Privacy boundary: only :class:`~dpbench.run.training.PrivateTraining` touches training data. Per step it draws the
+method's batches from the sampler, charges every drawn batch to the ledger, and hands the method a ``release`` callable
+that returns the noisy clipped gradient of the next batch. The ε in the record is computed after training from the
 number of batches actually drawn, with the same accountant the noise was calibrated with.
 """
 from __future__ import annotations

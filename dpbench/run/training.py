@@ -1,10 +1,10 @@
 """The LightningModule that trains a task privately: the only code that reads training examples.
 
-Per step it hands the method a ``release`` callable for each of the step's batches (drawn by the engine's sampler,
-each charged to the ledger when drawn): ``release()`` returns (Σ_i clip_C(t(g_i)) + N(0, σ²C²I)) / B, the noisy
-clipped gradient of the next batch, with the noise from the run's stream (:mod:`dpbench.privacy.noise`) and the clipped sum
-from the per-example clipper (:mod:`dpbench.privacy.ghost`, :mod:`dpbench.privacy.clipping`). The method turns releases into updates.
-With several processes each rank clips its shard's examples and the releases are summed over the ranks
+Per step it hands the method a ``release`` callable for each of the step's batches (drawn by the engine's sampler, each
+charged to the ledger when drawn): ``release()`` returns (Σ_i clip_C(t(g_i)) + N(0, σ²C²I)) / B, the noisy clipped
+gradient of the next batch, with the noise from the run's stream (:mod:`dpbench.privacy.noise`) and the clipped sum from
+the per-example clipper (:mod:`dpbench.privacy.ghost`, :mod:`dpbench.privacy.clipping`). The method turns releases into
+updates. With several processes each rank clips its shard's examples and the releases are summed over the ranks
 (:mod:`dpbench.run.distributed`).
 """
 from __future__ import annotations
@@ -100,9 +100,9 @@ class PrivateTraining(pl.LightningModule):
         return self.fill_noise([torch.empty_like(t) for t in like])
 
     def fill_noise(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Overwrite ``tensors`` with N(0, (σC/B)²I) from the run's noise stream (:mod:`dpbench.privacy.noise`): a release's
-        noise, into which the clipped sum divided by B is then added, giving (Σ_i clip_C(t(g_i)) + N(0, σ²C²I)) / B.
-        Zeros for σ = 0 (only in tests: such a run reports ε = inf)."""
+        """Overwrite ``tensors`` with N(0, (σC/B)²I) from the run's noise stream (:mod:`dpbench.privacy.noise`): a
+        release's noise, into which the clipped sum divided by B is then added, giving (Σ_i clip_C(t(g_i)) + N(0,
+        σ²C²I)) / B. Zeros for σ = 0 (only in tests: such a run reports ε = inf)."""
         std = self.mechanism.mean_noise_std
         if std == 0:
             return [t.zero_() for t in tensors]

@@ -6,9 +6,9 @@ For every record (one JSON object per line):
   without ``run_id`` (reimplemented here from the definition, not imported from ``dpbench.results.store``);
 * the ledger version: records of an older version (or without one) were made before privacy fixes of the engine;
 * ε, recomputed from the record's mechanism fields with dp-accounting directly (the events are built here, not
-  by ``dpbench.privacy.accounting``), and compared one-sidedly with the record's: a record may state more ε than recomputed,
-  never less by more than the accountant's numerical error (:func:`_error`: for the PLD, |ε(Δ) − ε(Δ/2)|; for
-  closed forms, relative :data:`TOLERANCE`), so that the verdict is the same on every machine:
+  by ``dpbench.privacy.accounting``), and compared one-sidedly with the record's: a record may state more ε than
+  recomputed, never less by more than the accountant's numerical error (:func:`_error`: for the PLD, |ε(Δ) − ε(Δ/2)|;
+  for closed forms, relative :data:`TOLERANCE`), so that the verdict is the same on every machine:
 
   - gradient runs: the counts come from the record's public plan (:func:`_plan`: n, batch size or full batch,
     epochs, the method's releases per step, the sampler), and a record whose ``steps``, ``gradient_evaluations``
@@ -72,8 +72,8 @@ from dpbench.trust import audit
 
 #: Relative tolerance of the figures verify recomputes in closed form (RDP, sums, sensitivities).
 TOLERANCE = 1e-6
-#: The PLD accountant's discretization of privacy losses, as ``dpbench.privacy.accounting`` reports ε with (dp-accounting's
-#: default).
+#: The PLD accountant's discretization of privacy losses, as ``dpbench.privacy.accounting`` reports ε with
+#: (dp-accounting's default).
 PLD_INTERVAL = 1e-4
 RELATIONS = {"add-remove": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
              "replace-one": dp_accounting.NeighboringRelation.REPLACE_ONE}

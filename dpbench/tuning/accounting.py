@@ -91,8 +91,9 @@ def tnb_gamma(eta: int, mean: float) -> float:
 
 
 def draw_k(distribution: dict[str, Any], secret: int) -> int:
-    """K from its distribution, on the ``tuning-k`` stream of the study's secret (:func:`dpbench.privacy.streams.secret_seed`:
-    never from the data, nor from anything released; Papernot & Steinke's bound holds only while K is hidden)."""
+    """K from its distribution, on the ``tuning-k`` stream of the study's secret
+    (:func:`dpbench.privacy.streams.secret_seed`: never from the data, nor from anything released; Papernot & Steinke's
+    bound holds only while K is hidden)."""
     rng = streams.numpy_generator(secret, "tuning-k")
     mean = distribution["mean"]
     if distribution["name"] == "poisson":
@@ -182,7 +183,8 @@ def calibrate_trial_noise(mode: str, epsilon: float, delta: float, trial: TrialM
                           distribution: dict[str, Any] | None, trials: int, tolerance: float = 1e-4) -> float:
     """The smallest per-trial σ (to ``tolerance``) whose total ε over the whole tuning is ≤ ``epsilon``: the total
     decreases in σ, so bisection between a σ that is too small and one that meets the target. Kept on disk
-    (:mod:`dpbench.privacy.cache`, a pure function of its arguments): a sweep plans every cell's tuning before it runs any."""
+    (:mod:`dpbench.privacy.cache`, a pure function of its arguments): a sweep plans every cell's tuning before it runs
+    any."""
     spent = lambda sigma: total_epsilon(mode, replace(trial, noise_multiplier=sigma), distribution, trials, delta)
 
     def compute() -> float:

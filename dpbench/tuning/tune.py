@@ -15,7 +15,8 @@ Modes:
   ``RepeatAndSelectDpEvent(per_trial, mean, shape)`` (shape = η, or ∞ for Poisson) under the RDP accountant
   (its PLD accountant does not support that event), and the per-trial noise multiplier σ is the smallest
   (bisection tolerance 1e-4) whose total meets the user's (ε, δ).
-* ``adaptive``: Optuna's TPE sampler (or ``--search qmc|random``) over a fixed number of trials N = ``--trials``. Each trial's
+* ``adaptive``: Optuna's TPE sampler (or ``--search qmc|random``) over a fixed number of trials N = ``--trials``. Each
+trial's
   hyperparameters depend on the earlier trials' noisy scores, so every trial's training and score is charged:
   ``SelfComposed(per_trial, N)`` (adaptive composition), RDP accountant, σ calibrated to the total.
 * ``oracle``: the seed papers' protocol, to reproduce their numbers: each of N trials trains on the whole
@@ -38,10 +39,10 @@ Failures are treated as part of the trial's output; this is valid for failures c
 outputs (e.g. divergence) or independent of the data (a killed process).
 
 The study's coins. When the study is created, its secret is drawn from the operating system's entropy
-(:func:`dpbench.privacy.streams.secret_seed`) and kept in the study's user attributes, with a random ``study_id``. K (stream
-``tuning-k``), trial k's run seed (``tuning-trial``, k), its hyperparameter draw (``tuning-search``, k) and its score
-noise (``score-noise``, k) all come from the secret, so that the trials are i.i.d. and independent of each other, as
-Papernot & Steinke's Theorems 2 and 6 assume, and nothing released determines them: with the public seed in their
+(:func:`dpbench.privacy.streams.secret_seed`) and kept in the study's user attributes, with a random ``study_id``. K
+(stream ``tuning-k``), trial k's run seed (``tuning-trial``, k), its hyperparameter draw (``tuning-search``, k) and its
+score noise (``score-noise``, k) all come from the secret, so that the trials are i.i.d. and independent of each other,
+as Papernot & Steinke's Theorems 2 and 6 assume, and nothing released determines them: with the public seed in their
 place, every released record gave away K and its winner (recompute the draws, match ``selected_params``). The public
 ``--seed`` only names the study and draws the held-out split, whose coins the analysis allows to be known
 (:mod:`dpbench.tuning.accounting`); ``--secret-seed`` draws it from the OS's entropy too.

@@ -1,16 +1,17 @@
 """The leaderboard's ``validation`` track: every method tuned alike, selected on held-out training data.
 
-For one cell (task, method, ε): ``trials`` configurations (16 on the board) are drawn from the method's
-``search_space`` plus the task's ``search_lists`` (epochs and batch size for minibatch methods, full-batch steps for
-full-batch ones; the same lists for every method of a task), spread evenly over the space (a scrambled Sobol
-sequence, :func:`dpbench.tuning.search.spread_draws`: random draws left most of DP-GD's adult space unvisited). Each
-configuration trains ``trial_seeds`` times (2; other seeds) at the cell's ε on the training part of a fixed split
-of the *training* data (10% held out by coins from stream ``validation-split`` of the track seed) and is scored by
-the mean of its exact accuracies on the held-out part (one seed's score let an unstable configuration win on one
-lucky run and lose on the final seeds); the test set is never looked at. The best configuration (ties: the first
-drawn) is then trained on the whole training set with each of the cell's seeds and evaluated on the test set. Every run's ε is accounted as always; the selection is not charged (the papers' protocol, made
-equal for every method), and each record's ``tuning`` says so. Trials that share a schedule train as one batched
-computation where :mod:`dpbench.run.multiseed` applies, with the records of separate runs.
+For one cell (task, method, ε): ``trials`` configurations (16 on the board) are drawn from the method's ``search_space``
+plus the task's ``search_lists`` (epochs and batch size for minibatch methods, full-batch steps for full-batch ones; the
+same lists for every method of a task), spread evenly over the space (a scrambled Sobol sequence,
+:func:`dpbench.tuning.search.spread_draws`: random draws left most of DP-GD's adult space unvisited). Each configuration
+trains ``trial_seeds`` times (2; other seeds) at the cell's ε on the training part of a fixed split of the *training*
+data (10% held out by coins from stream ``validation-split`` of the track seed) and is scored by the mean of its exact
+accuracies on the held-out part (one seed's score let an unstable configuration win on one lucky run and lose on the
+final seeds); the test set is never looked at. The best configuration (ties: the first drawn) is then trained on the
+whole training set with each of the cell's seeds and evaluated on the test set. Every run's ε is accounted as always;
+the selection is not charged (the papers' protocol, made equal for every method), and each record's ``tuning`` says so.
+Trials that share a schedule train as one batched computation where :mod:`dpbench.run.multiseed` applies, with the
+records of separate runs.
 
 A trial the method refuses (e.g. output perturbation's convex bound with a learning rate above 2/β) is charged
 nothing, never wins, and counts as one of the ``trials``: the budget is the same for every method.
