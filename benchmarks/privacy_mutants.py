@@ -158,7 +158,7 @@ MUTANTS = [
            "dpbench/run/isolation.py", "    if not isinstance(transform, CoordinateAffine):\n        raise UsageError",
            "    if False:\n        raise UsageError", first="tests/test_isolation.py"),
     Mutant("board-in-process-isolated", "board", "an in-process plugin's row is marked \"isolated\"",
-           "dpbench/board/model.py",
+           "dpbench/trust/marks.py",
            'trust = "isolated" if isolation == "process" else "unverified: in-process plugin"',
            'trust = "isolated"', first="tests/test_audit.py"),
     Mutant("board-built-in-marked", "board", "a built-in method gets a plugin mark",
@@ -291,7 +291,7 @@ MUTANTS = [
            "if tail > delta_objective * (1 + 1e-9):", "if tail > math.inf:",
            first="tests/test_amp.py"),
     Mutant("amp-publishes-iterations", "release", "AMP's record publishes its solver's iteration count "
-           "(data-dependent, outside the theorem)", "dpbench/release/mechanisms.py",
+           "(data-dependent, outside the theorem)", "dpbench/release/runner.py",
            "steps = None  # the solver's `iterations`", "steps = iterations  # the solver's `iterations`",
            first="tests/test_amp.py"),
     Mutant("tuning-old-coins-stored", "tuning", "records of the tuning whose K followed from its public seed count "
