@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import math
 import os
 import sys
@@ -408,8 +407,6 @@ def main(argv: list[str] | None = None) -> int:
             return _refuse(UsageError("--store needs a URL (or a SQLite file's path)"))
         os.environ["DPBENCH_STORE"] = args.store  # read by dpbench.results.store here and in the sweep's worker processes
     allocator.keep_freed_memory()  # speed only: a step's large tensors are not page-faulted in again every step
-    # Lightning's informational lines would mix with --json output on stdout.
-    logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
 
     try:
         if args.command == "privacy":

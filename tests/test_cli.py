@@ -2,6 +2,7 @@
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -191,6 +192,27 @@ def test_corrupt_file_names_the_file_and_both_hashes(refused, tmp_path, monkeypa
     err = refused("run", "--method", "dpsgd", "--task", "adult")
     actual = hashlib.sha256((corrupt / "adult.data").read_bytes()).hexdigest()
     assert str(corrupt / "adult.data") in err and actual in err and tabular.ADULT_DATA.checksum.split(":")[1] in err
+
+
+@pytest.fixture(scope="module")
+def logged_run(tmp_path_factory):
+    """One ``dpbench run`` as a script, a CI job or a sweep worker runs it: output to pipes, not a terminal."""
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("DPBENCH_", "WANDB_")) and key != "OMP_NUM_THREADS"}
+    env["DPBENCH_HOME"] = str(tmp_path_factory.mktemp("logged"))
+    return subprocess.run([sys.executable, "-m", "dpbench", "run", "--method", "dpsgd", "--task", "digits",
+                           "--epsilon", "1", "--json", "--no-wandb"], capture_output=True, text=True, env=env,
+                          cwd=REPO, check=True)
+
+
+def test_lightning_says_nothing_a_user_did_not_ask_for(logged_run):
+    """Issue 35, item 6: no "GPU available", "TPU available" or "💡 Tip" lines; Lightning's warnings are kept."""
+    for line in ("GPU available", "TPU available", "💡", "litlogger", "litmodels"):
+        assert line not in logged_run.stderr + logged_run.stdout
+    from pytorch_lightning.utilities import rank_zero
+
+    with pytest.warns(UserWarning, match="a real warning"):
+        rank_zero.rank_zero_warn("a real warning")
 
 
 def test_console_script_exits_2_on_bad_input():

@@ -8,6 +8,7 @@ number of batches actually drawn, with the same accountant the noise was calibra
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 import time
 import warnings
@@ -36,6 +37,10 @@ from dpbench.run import distributed, isolation
 from dpbench.run.training import PrivateTraining
 from dpbench.spec import BUDGET_KEYS, RunSpec, profile_settings, resolve_hyperparameters
 from dpbench.task import Task, TaskData
+
+# Lightning's informational lines ("GPU available: False, used: False", "TPU available", "💡 Tip: ... litlogger")
+# are for its own users, not dpbench's; its warnings stay. Set here, after Lightning's import has set INFO.
+logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
 
 
 def _check_devices(spec: RunSpec, method: type[Method], sampler_name: str) -> None:
