@@ -15,8 +15,9 @@ import ast
 import importlib.metadata
 import importlib.util
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 KINDS = {"method": ("dpbench.methods", "dpbench.methods", "dpbench.method.Method"),
          "task": ("dpbench.tasks", "dpbench.tasks", "dpbench.task.Task")}
@@ -33,6 +34,27 @@ class _Class:
     name: str | None  # the registered name, if the body assigns a string literal to ``name``
     description: str | None
     bases: list[str]  # qualified names (module.Class), "?" for a base that cannot be resolved
+    #: Literal values the body assigns to :data:`FACTS` (:data:`UNKNOWN` where it assigns something else).
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+#: A task's attributes read for the refusals made before importing (``dpbench.cli``): its option names and the
+#: lower bound on its training examples (``Task.min_train_examples``).
+FACTS = ("options", "min_train_examples")
+UNKNOWN = object()
+
+
+def _fact(key: str, value: ast.expr) -> Any:
+    """``options`` as the set of its keys, ``min_train_examples`` as a whole number or None; else UNKNOWN."""
+    try:
+        literal = ast.literal_eval(value)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return UNKNOWN
+    if key == "options":
+        return frozenset(literal) if isinstance(literal, dict) and all(isinstance(k, str) for k in literal) \
+            else UNKNOWN
+    valid = literal is None or isinstance(literal, int) and not isinstance(literal, bool) and literal >= 1
+    return literal if valid else UNKNOWN
 
 
 def _qualified(node: ast.expr, imports: dict[str, str], module: str, local: set[str]) -> str:
@@ -106,6 +128,7 @@ def _read(path: Path, module: str) -> dict[str, _Class]:
         if not isinstance(node, ast.ClassDef):
             continue
         found: dict[str, str | None] = {}
+        facts: dict[str, Any] = {}
         for statement in node.body:
             targets = (statement.targets if isinstance(statement, ast.Assign) else
                        [statement.target] if isinstance(statement, ast.AnnAssign) and statement.value else [])
@@ -115,8 +138,11 @@ def _read(path: Path, module: str) -> dict[str, _Class]:
                         found[target.id] = _literal(statement.value)
                     except Unsure:
                         raise Unsure(f"{path}: {node.name}.{target.id} is not a string literal") from None
+                elif isinstance(target, ast.Name) and target.id in FACTS:
+                    facts[target.id] = _fact(target.id, statement.value)
         classes[f"{module}.{node.name}"] = _Class(module, found.get("name"), found.get("description"),
-                                                   [_qualified(base, imports, module, local) for base in node.bases])
+                                                   [_qualified(base, imports, module, local) for base in node.bases],
+                                                   facts)
     return classes
 
 
@@ -151,18 +177,34 @@ def _derives(qualified: str, root: str, classes: dict[str, _Class]) -> bool | No
     return True if True in answers else None if None in answers else False
 
 
-def _description(qualified: str, classes: dict[str, _Class]) -> str:
+def _lineage(qualified: str, classes: dict[str, _Class]) -> list[str]:
+    """The class and its bases among ``classes``, nearest first (breadth first; Python's order for the single
+    inheritance of dpbench's tasks and methods)."""
     order, queue = [], [qualified]
     while queue:
         current = queue.pop(0)
         if current in classes and current not in order:
             order.append(current)
             queue += classes[current].bases
-    return next((classes[c].description for c in order if classes[c].description is not None), "")
+    return order
 
 
-def _scan(plugin_folders: tuple[Path, ...]) -> dict[str, dict[str, str]]:
-    """{kind: {name: description}} for both kinds; :class:`Unsure` where the registry must decide."""
+def _description(qualified: str, classes: dict[str, _Class]) -> str:
+    return next((classes[c].description for c in _lineage(qualified, classes) if classes[c].description is not None),
+                "")
+
+
+def _facts(qualified: str, classes: dict[str, _Class]) -> dict[str, Any]:
+    """The nearest assignment of each of :data:`FACTS`, UNKNOWN where a base is not read or none assigns it."""
+    lineage = _lineage(qualified, classes)
+    if any(base == "?" for c in lineage for base in classes[c].bases):
+        return {key: UNKNOWN for key in FACTS}
+    return {key: next((classes[c].facts[key] for c in lineage if key in classes[c].facts), UNKNOWN) for key in FACTS}
+
+
+def _scan(plugin_folders: tuple[Path, ...]) -> tuple[dict[str, dict[str, str]], dict[str, _Class]]:
+    """{kind: {name: qualified class name}} for both kinds, and the classes read; :class:`Unsure` where the
+    registry must decide."""
     classes: dict[str, _Class] = {}
     read: list[tuple[Path | None, dict[str, _Class]]] = []
     for kind, (package, group, _) in KINDS.items():
@@ -193,12 +235,12 @@ def _scan(plugin_folders: tuple[Path, ...]) -> dict[str, dict[str, str]]:
                     continue
                 if cls.name in registered[kind]:
                     raise Unsure(f"two {kind}s named {cls.name!r}")
-                registered[kind][cls.name] = _description(qualified, classes)
+                registered[kind][cls.name] = qualified
                 if folder is not None:
                     plugins_found[folder] += 1
     if not all(plugins_found.values()):
         raise Unsure("a plugin folder without a method or task")  # refused by the registry
-    return {kind: dict(sorted(found.items())) for kind, found in registered.items()}
+    return {kind: dict(sorted(found.items())) for kind, found in registered.items()}, classes
 
 
 def names(kind: str, plugin_folders: list[Path]) -> dict[str, str] | None:
@@ -207,9 +249,24 @@ def names(kind: str, plugin_folders: list[Path]) -> dict[str, str] | None:
     also for a missing plugin folder, one without a method or task, or a plugin class without a name, which the
     registry refuses or warns of in its own words."""
     try:
-        return _scan(tuple(plugin_folders))[kind]
+        registered, classes = _scan(tuple(plugin_folders))
     except Unsure:
         return None
+    return {name: _description(qualified, classes) for name, qualified in registered[kind].items()}
+
+
+def task_size(name: str, plugin_folders: list[Path]) -> tuple[int, frozenset[str]] | None:
+    """(``min_train_examples``, option names) of task ``name`` as its files assign them, or None where they do not
+    say both with certainty (no bound, a value that is not a literal, a task that only importing can find)."""
+    try:
+        registered, classes = _scan(tuple(plugin_folders))
+    except Unsure:
+        return None
+    if name not in registered["task"]:
+        return None
+    facts = _facts(registered["task"][name], classes)
+    bound, options = facts["min_train_examples"], facts["options"]
+    return None if bound in (None, UNKNOWN) or options is UNKNOWN else (bound, options)
 
 
 def plugin_folders(option: list[str] | None = None) -> list[Path]:

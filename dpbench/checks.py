@@ -31,3 +31,39 @@ def check_finite(key: str, value: Any) -> None:
     """A hyperparameter given as a float must be finite (NaN would train on NaN, infinity with infinite noise)."""
     if isinstance(value, float) and not math.isfinite(value):
         raise UsageError(f"{key} must be a finite number, got {value}")
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) or isinstance(value, float) and value.is_integer()
+
+
+#: The values a hyperparameter of each of these names may take, whichever method or task it belongs to (a method
+#: checks its other ones itself): what it must be, and the test.
+RANGES = {
+    "lr": ("a number > 0", lambda v: v > 0),
+    "clip": ("a number > 0", lambda v: v > 0),
+    "momentum": ("a number in [0, 1)", lambda v: 0 <= v < 1),
+    "weight_decay": ("a number >= 0", lambda v: v >= 0),
+    "epochs": ("a whole number >= 1", lambda v: _whole(v) and v >= 1),
+    "batch_size": ("a whole number >= 1", lambda v: _whole(v) and v >= 1),
+}
+
+
+def check_hyperparameter(key: str, value: Any) -> None:
+    """``value`` finite and, for a key of :data:`RANGES`, in its range."""
+    check_finite(key, value)
+    if key in RANGES and isinstance(value, (int, float)) and not isinstance(value, bool):
+        kind, valid = RANGES[key]
+        if not valid(value):
+            raise UsageError(f"{key} must be {kind}, got {value:g}")
+
+
+def check_setting(key: str, text: str) -> None:
+    """A ``--set key=value`` of a key in :data:`RANGES`, where the value reads as a number (the engine parses the
+    rest as the type of the default it replaces)."""
+    if key in RANGES:
+        try:
+            value = float(text)
+        except ValueError:
+            return
+        check_hyperparameter(key, value)

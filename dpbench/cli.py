@@ -68,15 +68,39 @@ def _names(kind: str, plugins: list[str]) -> dict[str, str]:
 def _check_request(args: argparse.Namespace) -> None:
     """Refuse what needs no data before the modules that train are imported (the engine checks it all again): an
     unknown method or task (where the files can be read with certainty; else the engine's registry decides), the
-    seed, ε, σ, δ, and a learning rate or clip norm that is not finite."""
+    seed, ε, σ, δ, the hyperparameters of :data:`dpbench.checks.RANGES` (options and ``--set``), and, where the
+    task's file states a lower bound on its training examples, δ ≥ 1/n."""
     checks.check_seed(args.seed)
     checks.check_budget(args.epsilon, getattr(args, "noise_multiplier", None), args.delta)
-    for key in ("lr", "clip"):
-        checks.check_finite(key, getattr(args, key, None))
+    for key in ("lr", "clip", "epochs", "batch_size"):
+        if getattr(args, key, None) is not None:
+            checks.check_hyperparameter(key, getattr(args, key))
+    settings = _settings(args.set)
+    for key, text in settings.items():
+        checks.check_setting(key, text)
+    folders = catalog.plugin_folders(args.plugins)
     for kind, name in (("method", args.method), ("task", args.task)):
-        known = catalog.names(kind, catalog.plugin_folders(args.plugins))
+        known = catalog.names(kind, folders)
         if known is not None and name not in known:
             raise UsageError(f"unknown {kind} {name!r}; available: {', '.join(known)}")
+    if args.delta is not None and not getattr(args, "force_delta", False):
+        _check_delta(args.delta, args.task, folders, settings, getattr(args, "profile", None),
+                     hasattr(args, "force_delta"))
+
+
+def _check_delta(delta: float, task: str, folders: list, settings: dict[str, str], profile: str | None,
+                 forcible: bool) -> None:
+    """δ ≥ 1/n refused from the bound on n that the task's file states (``Task.min_train_examples``), when the
+    request changes none of the task's options (nor picks a profile, which may): n ≥ bound, so δ ≥ 1/bound is
+    refused by the engine too, after loading the data (an audit's canaries only add examples)."""
+    size = catalog.task_size(task, folders)
+    if size is None or profile is not None or size[1] & set(settings):
+        return
+    bound = size[0]
+    if delta >= 1 / bound:
+        raise UsageError(f"delta={delta:g} is not below 1/n for task {task}, whose training set has at least "
+                         f"{bound} examples (1/{bound} = {1 / bound:g}): such a delta allows releasing an example "
+                         f"outright" + ("; pass --force-delta to run anyway" if forcible else ""))
 
 
 def _refuse(error: Exception) -> int:

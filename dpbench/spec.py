@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpbench.checks import check_finite
+from dpbench.checks import check_finite, check_hyperparameter
 from dpbench.errors import UsageError
 from dpbench.method import Method
 from dpbench.task import Task
@@ -133,9 +133,6 @@ def resolve_hyperparameters(method: type[Method], task: type[Task], overrides: d
         hp.update({key: value for key, value in source.items() if key in hp})
     options.update({key: value for key, value in profiled.items() if key in options})
     hp, options = apply_overrides(hp, task, method.name, overrides, options)
-    for key in ("epochs", "batch_size"):
-        if hp[key] < 1:
-            raise UsageError(f"{key} must be at least 1, got {hp[key]}")
-    if method.private and not hp["clip"] > 0:
-        raise UsageError(f"clip must be positive, got {hp['clip']}")
+    for key, value in hp.items():
+        check_hyperparameter(key, value)
     return hp, options

@@ -38,6 +38,10 @@ class Task(pl.LightningModule):
     #: (``epsilon`` or ``noise_multiplier``, ``delta``). Deep tasks have ``paper`` (the seed paper's setting) and
     #: ``smoke`` (end to end on a CPU in under a minute).
     profiles: ClassVar[dict[str, dict[str, Any]]] = {}
+    #: A lower bound on the training examples with the default options (a literal: ``dpbench.catalog`` reads it from
+    #: the file, so that the command line refuses δ ≥ 1/n before importing PyTorch); None: not stated. The engine
+    #: checks it against the data of every run with the default options.
+    min_train_examples: ClassVar[int | None] = None
 
     def __init__(self, **options: Any):
         super().__init__()

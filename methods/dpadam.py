@@ -33,6 +33,8 @@ class DPAdam(Method):
         for key in ("beta1", "beta2"):
             if not 0 <= self.hp[key] < 1:
                 raise ValueError(f"{key} must lie in [0, 1), got {self.hp[key]}")
+        if "gamma" in self.hp and not self.hp["gamma"] > 0:  # DP-AdamBC has gamma_prime instead
+            raise ValueError(f"gamma must be positive, got {self.hp['gamma']}")
         self.steps_taken = 0
         self.first_moments = [torch.zeros_like(p) for p in self.params]
         self.second_moments = [torch.zeros_like(p) for p in self.params]

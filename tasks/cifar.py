@@ -70,6 +70,13 @@ def random_crop_flip(images: torch.Tensor, padding: int = 4, generator: torch.Ge
                   rows[:, None, :, None], columns[:, None, None, :]]
 
 
+def check_limits(settings: dict, keys: tuple[str, ...]) -> None:
+    """Image counts of options (``train_limit``, ``pretrain_limit``): 0 for all, or a positive count."""
+    for key in keys:
+        if settings[key] < 0:
+            raise ValueError(f"{key} must be 0 (all) or a positive count of images, got {settings[key]}")
+
+
 def first_examples(data: TaskData, limit: int) -> TaskData:
     """The first ``limit`` training examples in the loader's fixed order (0: all), under a data id that says so;
     the test set is unchanged."""
@@ -118,6 +125,7 @@ class CIFAR10CNN(Classification):
     """
 
     name = "cifar10_cnn"
+    min_train_examples = 50_000
     description = "DP-AdamBC's 5-layer tanh CNN on CIFAR-10 from scratch, random crop and flip"
     options = {"augment": True, "train_limit": 0}
     defaults = {"epochs": 28, "batch_size": 2048, "clip": 1.0, "epsilon": 8.0}
@@ -130,6 +138,10 @@ class CIFAR10CNN(Classification):
                               "dpadam_bc": {"lr": 1e-3, "gamma_prime": 1e-8}}},
         "smoke": {"batch_size": 256, "epochs": 1, "train_limit": 2000, "epsilon": 8.0},
     }
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        check_limits(self.settings, ("train_limit",))
 
     def load_data(self) -> TaskData:
         data = first_examples(cifar.load_cifar10(), self.settings["train_limit"])
@@ -255,6 +267,7 @@ class CIFAR10ADADP(Classification):
     """
 
     name = "cifar10"
+    min_train_examples = 40_000  # images 10,000 onwards (the first 10,000 pretrain)
     description = "ADADP's CIFAR-10 setting: pretrained frozen convolutions, DP training of the 1600-500-500-10 head"
     options = {"pretraining": "auto", "pretrain_epochs": 10, "pretrain_limit": 0, "train_limit": 0}
     defaults = {"epochs": 20, "batch_size": 200, "clip": 3.0, "epsilon": 0.6, "delta": 1e-5}
@@ -272,6 +285,7 @@ class CIFAR10ADADP(Classification):
                              f"not {self.settings['pretraining']!r}")
         if self.settings["pretrain_epochs"] < 1:
             raise ValueError(f"pretrain_epochs must be at least 1, got {self.settings['pretrain_epochs']}")
+        check_limits(self.settings, ("train_limit", "pretrain_limit"))
         self.convolutions: nn.Module | None = None
 
     def pretraining_source(self) -> str:

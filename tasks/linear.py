@@ -79,6 +79,7 @@ class LinearClassification(Classification):
 
 class Digits(LinearClassification):
     name = "digits"
+    min_train_examples = 1_437
     description = "softmax regression on scikit-learn's bundled 8x8 digits (1,797 images, 10 classes); no download"
     load_data = staticmethod(tabular.load_digits)
     profiles = {"yu2020": yu2020(1.0)}
@@ -88,6 +89,7 @@ class Digits(LinearClassification):
 
 class BreastCancer(LinearClassification):
     name = "breast_cancer"
+    min_train_examples = 455
     description = "logistic regression on scikit-learn's bundled Wisconsin breast cancer set (569 rows); no download"
     load_data = staticmethod(tabular.load_breast_cancer)
     profiles = {"yu2020": yu2020(0.1)}
@@ -97,6 +99,7 @@ class BreastCancer(LinearClassification):
 
 class Adult(LinearClassification):
     name = "adult"
+    min_train_examples = 36_177
     description = "logistic regression on UCI Adult (income > 50K; 45,222 complete rows, 80/20 split)"
     load_data = staticmethod(tabular.load_adult)
     profiles = {"yu2020": yu2020(0.1)}
@@ -106,6 +109,7 @@ class Adult(LinearClassification):
 
 class KDDCup99(LinearClassification):
     name = "kddcup99"
+    min_train_examples = 395_216
     description = "logistic regression on KDD Cup 1999, 10% set: normal traffic vs attack (494,021 rows)"
     load_data = staticmethod(tabular.load_kddcup99)
     profiles = {"yu2020": yu2020(0.1)}
@@ -115,6 +119,7 @@ class KDDCup99(LinearClassification):
 
 class Covertype(LinearClassification):
     name = "covertype"
+    min_train_examples = 8_000  # the mirror's first 10,000 rows, 80% of them; more when downloaded
     description = "softmax regression on UCI Covertype (7 forest cover types); the mirror's 10,000-row subset offline"
     load_data = staticmethod(tabular.load_covertype)
     profiles = {"yu2020": yu2020(1.0)}
@@ -124,6 +129,7 @@ class Covertype(LinearClassification):
 
 class MNISTLogReg(LinearClassification):
     name = "mnist_logreg"
+    min_train_examples = 5_000  # the mirror's mnist-5k-train; 60,000 when downloaded
     description = "softmax regression on MNIST pixels in [0, 1] (per-example input norm ≤ 28)"
     load_data = staticmethod(mnist.load_mnist)
     profiles = {"yu2020": yu2020(1.0)}

@@ -68,6 +68,7 @@ class MNISTMLP(Classification):
     docstring); ``pca_dims`` and ``pca_noise_multiplier`` (σ_p) configure the DP-PCA of ``network=adaclip``."""
 
     name = "mnist_mlp"
+    min_train_examples = 5_000  # the mirror's mnist-5k-train; 60,000 when downloaded
     description = ("MLPs on MNIST: 784-256-256-10 (default), ADADP's bias-free 2x512/2x256, "
                    "AdaCliP's DP-PCA-60 + 1000 (--set network=...)")
     defaults = {"epochs": 10, "batch_size": 256}
@@ -104,6 +105,10 @@ class MNISTMLP(Classification):
         super().__init__(**options)
         if self.settings["network"] not in NETWORKS:
             raise ValueError(f"network must be one of {', '.join(NETWORKS)}, not {self.settings['network']!r}")
+        if not 1 <= self.settings["pca_dims"] <= 784:
+            raise ValueError(f"pca_dims must lie in 1..784 (MNIST's pixels), got {self.settings['pca_dims']}")
+        if not self.settings["pca_noise_multiplier"] > 0:
+            raise ValueError(f"pca_noise_multiplier must be a number > 0, got {self.settings['pca_noise_multiplier']}")
 
     def load_data(self) -> TaskData:
         data = mnist.load_mnist()  # cached: never modified in place

@@ -51,6 +51,7 @@ class AdaCliPRegression(Task):
     """
 
     name = "adaclip_regression"
+    min_train_examples = 1_000  # n_points
     description = "AdaCliP's synthetic regression (Figure 2): x_i = (±1, 0, …, 0) in R^dim, error ‖θ − θ*‖²"
     options = {"dim": 10, "init_scale": 1.0}
     defaults = {"batch_size": 1, "lr": 0.01, "epochs": 10, "clip": 1.0}

@@ -170,9 +170,49 @@ def test_the_record_names_its_noise_sampler(capsys):
      "no replace-one analysis"),
     (["--method", "amp", "--task", "digits", "--neighbouring", "add-remove"], "replace-one neighbours only"),
     (["--method", "nonprivate", "--task", "digits", "--neighbouring", "add-remove"], "not private"),
+    # Issue 35: values that trained and were stored.
+    (["--method", "dpsgd", "--task", "digits", "--lr", "-1"], "lr must be a number > 0, got -1"),
+    (["--method", "dpsgd", "--task", "digits", "--lr", "0"], "lr must be a number > 0, got 0"),
+    (["--method", "dpgd", "--task", "digits", "--set", "lr=-1"], "lr must be a number > 0"),
+    (["--method", "norm_bound", "--task", "digits", "--lr", "0"], "lr must be a number > 0"),
+    (["--method", "dpadam", "--task", "digits", "--lr", "-0.1"], "lr must be a number > 0"),
+    (["--method", "dpadam_bc", "--task", "digits", "--lr", "-1"], "lr must be a number > 0"),
+    (["--method", "adaclip", "--task", "digits", "--lr", "-1"], "lr must be a number > 0"),
+    (["--method", "dpsgd", "--task", "digits", "--set", "momentum=-1"], "momentum must be a number in [0, 1)"),
+    (["--method", "dpsgd", "--task", "digits", "--set", "momentum=1.5"], "momentum must be a number in [0, 1)"),
+    (["--method", "dpsgd", "--task", "digits", "--set", "weight_decay=-1"], "weight_decay must be a number >= 0"),
+    (["--method", "dpsgd", "--task", "digits", "--set", "epochs=0"], "epochs must be a whole number >= 1"),
+    (["--method", "dpadam", "--task", "digits", "--set", "gamma=-1"], "gamma must be positive"),
+    (["--method", "dpsgd", "--task", "mnist_mlp", "--set", "pca_dims=0"], "pca_dims must lie in 1..784"),
+    (["--method", "dpsgd", "--task", "mnist_mlp", "--set", "pca_noise_multiplier=-1"],
+     "pca_noise_multiplier must be a number > 0"),
+    (["--method", "dpsgd", "--task", "cifar10", "--set", "train_limit=-1"], "train_limit must be 0 (all) or"),
+    (["--method", "dpsgd", "--task", "cifar10_cnn", "--set", "train_limit=-5"], "train_limit must be 0 (all) or"),
 ])
 def test_bad_input_is_refused(refused, args, message):
     assert message in refused("run", *args)
+
+
+def test_an_audit_refuses_a_bad_learning_rate(refused):
+    assert "lr must be a number > 0" in refused("audit", "--method", "dpsgd", "--task", "digits", "--lr", "-1")
+
+
+def test_a_task_that_overstates_its_training_examples_is_refused(refused, monkeypatch):
+    """The refusal of δ ≥ 1/n before PyTorch loads trusts ``min_train_examples``: every run checks it."""
+    from dpbench.tasks.linear import Digits
+
+    monkeypatch.setattr(Digits, "min_train_examples", 1438)
+    assert "digits states min_train_examples = 1438, but its data has 1437" in refused(
+        "run", "--method", "dpsgd", "--task", "digits", "--epochs", "1")
+
+
+@pytest.mark.parametrize("task", ["digits", "breast_cancer", "adaclip_regression", "adult", "covertype",
+                                  "mnist_logreg", "mnist_mlp", "kddcup99"])
+def test_the_stated_training_examples_are_a_lower_bound(task, mirror):
+    from dpbench import registry
+
+    cls = registry.tasks()[task]
+    assert cls().load_data().n_train >= cls.min_train_examples >= 1
 
 
 def test_missing_dataset_without_network_says_where_to_put_it(refused, tmp_path, monkeypatch):
@@ -238,6 +278,14 @@ HEAVY = ("torch", "pytorch_lightning", "lightning_fabric", "wandb", "optuna", "t
     (["tune", "--method", "dpsgd", "--task", "digits", "--epsilon", "nan"], 2),
     (["audit", "--method", "nope", "--task", "digits"], 2),
     (["privacy", "--sample-rate", "0.01", "--noise-multiplier", "1", "--steps", "10", "--delta", "1e-5"], 0),
+    # Issue 35: refused at once too.
+    (["run", "--method", "dpsgd", "--task", "digits", "--lr", "-1"], 2),
+    (["run", "--method", "dpsgd", "--task", "digits", "--lr", "0"], 2),
+    (["run", "--method", "dpsgd", "--task", "digits", "--clip", "0"], 2),
+    (["run", "--method", "dpsgd", "--task", "digits", "--delta", "0.5"], 2),
+    (["run", "--method", "dpsgd", "--task", "digits", "--delta", "0.001"], 2),  # 1/n = 0.000696
+    (["run", "--method", "dpsgd", "--task", "digits", "--set", "momentum=1.5"], 2),
+    (["tune", "--method", "dpsgd", "--task", "adult", "--epsilon", "1", "--delta", "1e-4"], 2),
 ])
 def test_help_listing_refusals_and_privacy_load_no_training_stack(argv, exit_code):
     """Issue 17: these commands must not wait for PyTorch, Lightning, W&B, transformers or Optuna (seconds)."""
@@ -259,6 +307,10 @@ def test_the_catalog_lists_what_the_registry_registers(tmp_path):
     for folders in ([], [repo / "examples" / "plugins"], [repo / "tests" / "cheaters"]):
         for kind, collect in (("method", registry.methods), ("task", registry.tasks)):
             assert catalog.names(kind, folders) == {name: cls.description for name, cls in collect(folders).items()}
+        for name, cls in registry.tasks(folders).items():  # what the refusal of δ ≥ 1/n reads before importing
+            stated = None if cls.min_train_examples is None else (cls.min_train_examples, frozenset(cls.options))
+            assert catalog.task_size(name, folders) == stated
+    assert catalog.task_size("digits", []) == (1437, frozenset({"bias"}))
     dynamic = tmp_path / "dynamic"
     dynamic.mkdir()
     (dynamic / "made.py").write_text("from dpbench.methods.dpsgd import DPSGD\n"

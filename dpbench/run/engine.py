@@ -24,7 +24,7 @@ from dpbench import registry
 from dpbench.checks import check_budget, check_seed
 from dpbench.choices import CLIPPING, GAUSSIAN_SAMPLERS as NOISE, STRATEGIES
 from dpbench.data import rows
-from dpbench.errors import UsageError
+from dpbench.errors import RegistryError, UsageError
 from dpbench.method import Method, ReleaseMethod
 from dpbench.privacy import guards, streams
 from dpbench.privacy.accounting import (ACCOUNTANTS, SAMPLERS, GaussianReleases, calibrate_noise_multiplier, check_relation,
@@ -210,6 +210,10 @@ def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = 
     except ValueError as error:
         raise UsageError(f"task {task_class.name}: {error}") from None
     data = task.prepare(spec.seed)
+    stated = task_class.min_train_examples
+    if stated is not None and options == task_class.options and data.n_train < stated:
+        raise RegistryError(f"task {task_class.name} states min_train_examples = {stated}, but its data has "
+                            f"{data.n_train} training examples: the refusal of delta >= 1/n read a wrong bound")
     if data.x_train.is_sparse:
         _check_sparse(task, method, spec)
     if method.private:
