@@ -12,7 +12,7 @@ from typing import Any
 
 # Only light modules here: --help, list and the refusals of bad input must not wait for PyTorch, Lightning, W&B
 # or Optuna (seconds); each command imports what it needs (tests/test_cli.py checks which modules load).
-from dpbench import catalog, checks
+from dpbench import catalog, checks, threads
 from dpbench.choices import (ACCOUNTANTS, BOARD_FORMATS, CLIPPING, GAUSSIAN_SAMPLERS, K_DISTRIBUTIONS, NEIGHBOURING,
                              SAMPLERS, SEARCH_SAMPLERS, STRATEGIES, THREAT_MODELS, TUNING_MODES)
 from dpbench.data.files import DataError
@@ -20,6 +20,7 @@ from dpbench.errors import PrivacyCheckFailed, RegistryError, TuningError, Usage
 from dpbench.run import allocator
 
 EXIT_USAGE = 2
+TRAINING = ("run", "tune", "audit", "sweep", "federated")  # the commands that train: threads
 
 
 def _positive_int(text: str) -> int:
@@ -63,6 +64,12 @@ def _names(kind: str, plugins: list[str]) -> dict[str, str]:
         classes = (registry.methods if kind == "method" else registry.tasks)(registry.plugin_dirs(plugins))
         found = {name: cls.description for name, cls in classes.items()}
     return found
+
+
+def _threads_option(parser: argparse.ArgumentParser,
+                    help: str = "torch threads (default: dpbench's choice: one for small models and batches, see "
+                                "README; also: DPBENCH_THREADS, OMP_NUM_THREADS)") -> None:
+    parser.add_argument("--threads", type=_positive_int, metavar="N", help=help)
 
 
 def _check_request(args: argparse.Namespace) -> None:
@@ -160,6 +167,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--isolate", action="store_true",
                      help="run the method in a process of its own that never holds the data (dpbench/run/isolation.py)")
     run.add_argument("--json", action="store_true", help="print the run record as one JSON object")
+    _threads_option(run)
     run.add_argument("--wandb-project", help="log to this W&B project (also: WANDB_PROJECT)")
     run.add_argument("--wandb-entity", help="W&B entity (team or user)")
     run.add_argument("--no-wandb", action="store_true", help="do not log to W&B even where it is configured")
@@ -199,6 +207,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="seconds between a running trial's heartbeats; stale after 3 intervals")
     tune.add_argument("--plugins", action="append", default=[], metavar="DIR")
     tune.add_argument("--json", action="store_true", help="print the released record as one JSON object")
+    _threads_option(tune)
     tune.add_argument("--wandb-project")
     tune.add_argument("--wandb-entity")
     tune.add_argument("--no-wandb", action="store_true")
@@ -226,6 +235,8 @@ def _parser() -> argparse.ArgumentParser:
                                    "in this process)")
     sweep_parser.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                               help="send the cells to this Dask scheduler's workers instead")
+    _threads_option(sweep_parser, "torch threads of each worker (default: dpbench's choice per run, at most the "
+                                  "cores over the workers; also: DPBENCH_THREADS)")
 
     board = commands.add_parser("leaderboard", help="tables (methods × ε) and plots from the local results store")
     board.add_argument("--task", help="only this task")
@@ -260,6 +271,7 @@ def _add_audit_parsers(commands) -> None:
     auditing.add_argument("--plugins", action="append", default=[], metavar="DIR")
     auditing.add_argument("--isolate", action="store_true", help="audit the method run isolated (as dpbench run)")
     auditing.add_argument("--json", action="store_true", help="print the audit record as one JSON object")
+    _threads_option(auditing)
 
     listing_runs = commands.add_parser("runs", help="list the runs in the results store, newest last")
     listing_runs.add_argument("--task")
@@ -430,6 +442,11 @@ def main(argv: list[str] | None = None) -> int:
         if not args.store.strip():
             return _refuse(UsageError("--store needs a URL (or a SQLite file's path)"))
         os.environ["DPBENCH_STORE"] = args.store  # read by dpbench.results.store here and in the sweep's worker processes
+    if args.command in TRAINING:
+        try:  # bad values refused before anything heavy is imported
+            threads.configure(getattr(args, "threads", None))
+        except UsageError as error:
+            return _refuse(error)
     allocator.keep_freed_memory()  # speed only: a step's large tensors are not page-faulted in again every step
 
     try:
@@ -441,7 +458,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "sweep":
             from dpbench.board import sweep
 
-            counts = sweep.run_grid(sweep.load_grid(args.grid), args.workers, scheduler=args.scheduler)
+            counts = sweep.run_grid(sweep.load_grid(args.grid), args.workers, scheduler=args.scheduler,
+                                    threads=threads.requested(args.threads)[0])
             print(", ".join(f"{count} {what}" for what, count in counts.items()))
         elif args.command == "leaderboard" and args.check:
             from dpbench.board import leaderboard

@@ -4,6 +4,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -16,14 +17,22 @@ MIRROR = Path(os.environ.get("DPBENCH_TEST_MIRROR", REPO.parent / "shared" / "da
 
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path, monkeypatch):
-    """Every test gets its own results store and download cache; no user plugins leak in."""
+    """Every test gets its own results store and download cache; no user plugins leak in, and the thread setting
+    the ``dpbench`` command makes (dpbench/threads.py) ends with the test that ran it."""
+    from dpbench import threads
+
     monkeypatch.setenv("DPBENCH_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("DPBENCH_PLUGINS", raising=False)
     monkeypatch.delenv("DPBENCH_STORE", raising=False)
     monkeypatch.delenv("DPBENCH_MIRROR", raising=False)
-    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY"):
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY", "DPBENCH_THREADS"):
         monkeypatch.delenv(name, raising=False)
-    return tmp_path / "home"
+    monkeypatch.setattr(threads, "_configured", None)
+    torch = sys.modules.get("torch")
+    count = torch.get_num_threads() if torch else None
+    yield tmp_path / "home"
+    if count is not None and torch.get_num_threads() != count:
+        torch.set_num_threads(count)
 
 
 @pytest.fixture

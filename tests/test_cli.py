@@ -255,6 +255,11 @@ def test_lightning_says_nothing_a_user_did_not_ask_for(logged_run):
         rank_zero.rank_zero_warn("a real warning")
 
 
+def test_a_run_off_a_terminal_trains_with_one_thread_on_a_small_model(logged_run):
+    """Issue 35, item 1: PyTorch's one thread per core made digits 5.3-72.9 s on a busy machine, one thread 0.9-5.8."""
+    assert json.loads(logged_run.stdout)["threads"] == 1
+
+
 def test_console_script_exits_2_on_bad_input():
     script = Path(sys.executable).parent / "dpbench"
     result = subprocess.run([str(script), "run", "--method", "nope", "--task", "digits"], capture_output=True,
@@ -286,17 +291,25 @@ HEAVY = ("torch", "pytorch_lightning", "lightning_fabric", "wandb", "optuna", "t
     (["run", "--method", "dpsgd", "--task", "digits", "--delta", "0.001"], 2),  # 1/n = 0.000696
     (["run", "--method", "dpsgd", "--task", "digits", "--set", "momentum=1.5"], 2),
     (["tune", "--method", "dpsgd", "--task", "adult", "--epsilon", "1", "--delta", "1e-4"], 2),
+    (["run", "--method", "dpsgd", "--task", "digits", "--threads", "0"], 2),
+    (["sweep", "leaderboards/grid.json", "--threads", "many"], 2),
 ])
-def test_help_listing_refusals_and_privacy_load_no_training_stack(argv, exit_code):
+def test_help_listing_refusals_and_privacy_load_no_training_stack(argv, exit_code, env=None):
     """Issue 17: these commands must not wait for PyTorch, Lightning, W&B, transformers or Optuna (seconds)."""
     code = ("import sys\nfrom dpbench.cli import main\ntry:\n    code = main(sys.argv[1:])\nexcept SystemExit as e:\n"
             "    code = e.code\nprint('LOADED', *[m for m in %r if m in sys.modules])\nsys.exit(code)" % (HEAVY,))
     result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parents[1])
+                            cwd=Path(__file__).resolve().parents[1], env={**os.environ, **(env or {})})
     assert result.returncode == exit_code, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "LOADED", result.stdout.splitlines()[-1]
     if exit_code == 2:
         assert result.stderr.startswith("dpbench: error: ") and result.stderr.count("\n") == 1, result.stderr
+
+
+@pytest.mark.parametrize("variable", ["DPBENCH_THREADS", "OMP_NUM_THREADS"])
+def test_a_bad_thread_variable_is_refused_at_once(variable):
+    test_help_listing_refusals_and_privacy_load_no_training_stack(
+        ["run", "--method", "dpsgd", "--task", "digits"], 2, env={variable: "-2"})
 
 
 def test_the_catalog_lists_what_the_registry_registers(tmp_path):

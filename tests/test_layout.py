@@ -17,7 +17,7 @@ import dpbench.tasks
 #: Lowest first. A unit is a top-level module or a subpackage of ``dpbench``.
 LAYERS = [
     {"errors"},
-    {"choices", "catalog", "checks"},  # the base: no PyTorch, no data
+    {"choices", "catalog", "checks", "threads"},  # the base: no PyTorch, no data
     {"data"},
     {"privacy"},
     {"method", "task"},  # the plugin contract

@@ -39,11 +39,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import torch
 from distributed.diagnostics.plugin import WorkerPlugin
 from tqdm import tqdm
 
 from dpbench import registry
+from dpbench import threads as dpbench_threads
 from dpbench.errors import UsageError
 from dpbench.method import ReleaseMethod
 from dpbench.privacy.accounting import NEIGHBOURING
@@ -222,20 +222,22 @@ def pending(grid: dict[str, Any]) -> tuple[list[Cell], int, dict[Cell, str]]:
 
 
 class _WorkerSetup(WorkerPlugin):
-    """A Dask worker plugin: each worker process (also one started after another died) trains with an equal share of
-    the machine's cores as torch threads and keeps freed memory, as the ``dpbench`` command does."""
+    """A Dask worker plugin: each worker process (also one started after another died) chooses its torch threads as
+    the ``dpbench`` command does (``threads``, else by the size of each run, at most ``cap``: dpbench/threads.py)
+    and keeps freed memory."""
 
     name = "dpbench-worker-setup"
 
-    def __init__(self, threads: int):
-        self.threads = threads
+    def __init__(self, threads: int | None, cap: int):
+        self.threads, self.cap = threads, cap
 
     def setup(self, worker) -> None:
-        torch.set_num_threads(self.threads)
+        dpbench_threads.configure(self.threads, self.cap)
+        dpbench_threads.fit()
         allocator.keep_freed_memory()
 
 
-def _local_cluster(workers: int):
+def _local_cluster(workers: int, threads: int | None):
     """A Dask ``LocalCluster`` of ``workers`` processes and its client. The workers import dpbench when they start
     (``preload``), so that this and the cluster's start overlap the planning of the grid (:func:`run_grid`)."""
     import dask
@@ -246,7 +248,7 @@ def _local_cluster(workers: int):
                                dashboard_address=None, preload=["dpbench.board.sweep"])
     try:
         client = Client(cluster)
-        client.register_plugin(_WorkerSetup(max(1, (os.cpu_count() or 1) // workers)))
+        client.register_plugin(_WorkerSetup(threads, max(1, (os.cpu_count() or 1) // workers)))
     except BaseException:
         cluster.close()
         raise
@@ -268,27 +270,28 @@ def _close_local(starting: Future) -> None:
         cluster.close()
 
 
-def _remote_client(scheduler: str):
-    """A Dask client of the cluster at ``scheduler``; one torch thread per task (a remote worker's cores are its
-    own business: ``--nthreads``)."""
+def _remote_client(scheduler: str, threads: int | None):
+    """A Dask client of the cluster at ``scheduler``; one torch thread per task unless ``threads`` says otherwise (a
+    remote worker's cores are its own business: ``--nthreads``)."""
     from distributed import Client
 
     try:
         client = Client(scheduler, timeout="30s")
     except (OSError, TimeoutError, ValueError) as error:
         raise UsageError(f"cannot reach the Dask scheduler {scheduler}: {error}") from None
-    client.register_plugin(_WorkerSetup(1))
+    client.register_plugin(_WorkerSetup(threads, 1))
     return client
 
 
-def run_grid(grid: dict[str, Any], workers: int = 1, progress: bool = True,
-             scheduler: str | None = None) -> dict[str, int]:
+def run_grid(grid: dict[str, Any], workers: int = 1, progress: bool = True, scheduler: str | None = None,
+             threads: int | None = None) -> dict[str, int]:
     """Run every cell not yet stored; returns counts of runs done, already stored and refused.
 
-    ``workers`` > 1 runs that many cells at once on a Dask ``LocalCluster`` of worker processes, each with an equal
-    share of the CPU cores as torch threads; ``scheduler`` (``tcp://host:port``) sends the cells to an existing
-    Dask cluster instead. Workers return records; this process stores them (workers need no shared disk), so a
-    cell whose worker died and that Dask ran again elsewhere is stored once. Results are as with one worker.
+    ``workers`` > 1 runs that many cells at once on a Dask ``LocalCluster`` of worker processes, each with at most
+    an equal share of the CPU cores as torch threads (``threads``: that many); ``scheduler`` (``tcp://host:port``)
+    sends the cells to an existing Dask cluster instead. Workers return records; this process stores them (workers
+    need no shared disk), so a cell whose worker died and that Dask ran again elsewhere is stored once. Results are
+    as with one worker.
     """
     known_methods, known_tasks = registry.methods(), registry.tasks()
     unknown = [m for m in grid["methods"] if m not in known_methods] + [t for t in grid["tasks"] if t not in known_tasks]
@@ -299,9 +302,9 @@ def run_grid(grid: dict[str, Any], workers: int = 1, progress: bool = True,
     with contextlib.ExitStack() as stack:
         client = None
         if scheduler:
-            client = stack.enter_context(_remote_client(scheduler))
+            client = stack.enter_context(_remote_client(scheduler, threads))
         elif workers > 1:  # the local cluster starts (its workers importing dpbench) while the grid is planned
-            starting = stack.enter_context(ThreadPoolExecutor(1)).submit(_local_cluster, workers)
+            starting = stack.enter_context(ThreadPoolExecutor(1)).submit(_local_cluster, workers, threads)
             stack.callback(_close_local, starting)
         jobs, done, refused = pending(grid)
         counts = {"ran": 0, "already stored": done, "refused": sum(len(cell.seeds) for cell in refused)}

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from dpbench import threads
 from dpbench.checks import check_seed
 from dpbench.errors import UsageError
 from dpbench.federated.fedavg import (CLIENT_CLASSES, CLIENT_METHODS, CLIENTS, StackedModel, available_client_size, average,
@@ -172,6 +173,7 @@ def run(spec: FederatedSpec) -> dict[str, Any]:
     settings, hp, task_options = resolve(spec)
     streams.seed_run(spec.seed)
     task = CIFAR10ADADP(**task_options)
+    threads.fit()  # one thread (or the user's count): batches of 10 on a small head (dpbench/threads.py)
     data = task.prepare(spec.seed)  # cached features; the head's initial weights from stream "init"
     available = available_client_size(data.y_train)
     size = settings["client_size"] or available

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from dpbench import threads
 from dpbench.checks import check_seed
 from dpbench.data import rows
 from dpbench.errors import UsageError
@@ -75,6 +76,7 @@ def _prepare(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[
         raise UsageError(f"{method_class.name}: {error}") from None
     streams.seed_run(spec.seed)
     task = task_class(**options)
+    threads.fit()  # one thread (or the user's count): linear models (dpbench/threads.py)
     data = task.prepare(spec.seed)
     if data.x_train.is_sparse:
         raise UsageError(f"{method_class.name} solves on dense rows; task {task_class.name}'s are sparse")

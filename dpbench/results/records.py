@@ -126,7 +126,11 @@ def provenance(task: type, method: type, data: TaskData, seed: int | str, hyperp
 
 
 def seal(record: dict[str, Any]) -> dict[str, Any]:
-    """Stamp the finished record with its time and content hash ``run_id``."""
+    """Stamp the finished record with PyTorch's thread count (dpbench/threads.py), its time and content hash
+    ``run_id``."""
+    import torch
+
+    record.setdefault("threads", torch.get_num_threads())
     record["created_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     record["run_id"] = store.content_id(record)
     return record

@@ -20,7 +20,7 @@ import torch
 from lightning_fabric.utilities.exceptions import MisconfigurationException
 from torch.utils.data import DataLoader
 
-from dpbench import registry
+from dpbench import registry, threads
 from dpbench.checks import check_budget, check_seed
 from dpbench.choices import CLIPPING, GAUSSIAN_SAMPLERS as NOISE, STRATEGIES
 from dpbench.data import rows
@@ -209,6 +209,7 @@ def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = 
         task = task_class(**options)
     except ValueError as error:
         raise UsageError(f"task {task_class.name}: {error}") from None
+    threads.fit()  # one thread (or the user's count) before PyTorch does any work: dpbench/threads.py
     data = task.prepare(spec.seed)
     stated = task_class.min_train_examples
     if stated is not None and options == task_class.options and data.n_train < stated:
@@ -234,6 +235,7 @@ def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = 
                              f"which task {task_class.name} does not have")
         hp["clip"] = bound
     batch_size, per_step = hp["batch_size"], method.releases_per_step
+    threads.fit(sum(p.numel() for p in task.model.parameters() if p.requires_grad), batch_size)
     if batch_size * per_step > n:
         raise UsageError(f"batch size {batch_size} (x{per_step} batches per step) exceeds the {n} training examples")
     sample_rate = batch_size / n

@@ -531,7 +531,7 @@ def _restored_threads(threads: int):
 
 #: What a rerun's record may differ in: when, where, by which commit and libraries and how fast it ran, its hash.
 #: The code is compared without its file hashes (:func:`_without_hashes`): a later commit may reproduce the record.
-UNCOMPARED = ("run_id", "created_at", "train_seconds", "git_commit", "versions", "wandb_run")
+UNCOMPARED = ("run_id", "created_at", "train_seconds", "threads", "git_commit", "versions", "wandb_run")
 
 
 def _without_hashes(record: dict[str, Any]) -> dict[str, Any]:
