@@ -13,6 +13,7 @@ from typing import Any
 # Only light modules here: --help, list and the refusals of bad input must not wait for PyTorch, Lightning, W&B
 # or Optuna (seconds); each command imports what it needs (tests/test_cli.py checks which modules load).
 from dpbench import catalog, checks, threads
+from dpbench.data import stages
 from dpbench.choices import (ACCOUNTANTS, BOARD_FORMATS, CLIPPING, GAUSSIAN_SAMPLERS, K_DISTRIBUTIONS, NEIGHBOURING,
                              SAMPLERS, SEARCH_SAMPLERS, STRATEGIES, THREAT_MODELS, TUNING_MODES)
 from dpbench.data.files import DataError
@@ -20,7 +21,7 @@ from dpbench.errors import PrivacyCheckFailed, RegistryError, TuningError, Usage
 from dpbench.run import allocator
 
 EXIT_USAGE = 2
-TRAINING = ("run", "tune", "audit", "sweep", "federated")  # the commands that train: threads
+TRAINING = ("run", "tune", "audit", "sweep", "federated")  # the commands that train: threads, progress lines
 
 
 def _positive_int(text: str) -> int:
@@ -444,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["DPBENCH_STORE"] = args.store  # read by dpbench.results.store here and in the sweep's worker processes
     if args.command in TRAINING:
         try:  # bad values refused before anything heavy is imported
+            stages.interval()
             threads.configure(getattr(args, "threads", None))
         except UsageError as error:
             return _refuse(error)

@@ -20,7 +20,6 @@ from dataclasses import replace
 import torch
 from torch import nn
 from torch.nn import functional as F
-from tqdm.auto import tqdm
 
 from dpbench.data import cifar, stages
 from dpbench.data.files import dpbench_home, mirror_dir
@@ -206,7 +205,7 @@ def pretrain_convolutions(images: torch.Tensor, labels: torch.Tensor, classes: i
         optimizer = torch.optim.SGD(network.parameters(), lr=PRETRAINING["lr"], momentum=PRETRAINING["momentum"])
         batch = PRETRAINING["batch_size"]
         steps = epochs * math.ceil(len(images) / batch)
-        with tqdm(total=steps, desc=f"{stages.label(PRETRAIN_STAGE)} on {description}", unit="step") as bar:
+        with stages.bar(total=steps, desc=f"{stages.label(PRETRAIN_STAGE)} on {description}", unit="step") as bar:
             for _ in range(epochs):
                 for index in torch.randperm(len(images)).split(batch):
                     loss = F.cross_entropy(network(random_crop_flip(images[index])), labels[index])
@@ -225,7 +224,7 @@ def features_of(convolutions: nn.Module, images: torch.Tensor, what: str = "imag
     if not len(images):
         return torch.zeros(0, 1600)
     outputs = []
-    with tqdm(total=len(images), desc=f"{stages.label(FEATURES_STAGE)} ({what})", unit="image") as bar:
+    with stages.bar(total=len(images), desc=f"{stages.label(FEATURES_STAGE)} ({what})", unit="image") as bar:
         for chunk in images.split(1000):
             outputs.append(convolutions(chunk))
             bar.update(len(chunk))
@@ -326,12 +325,14 @@ class CIFAR10ADADP(Classification):
         return public_images, public_labels, classes, public_id, where, private
 
     def load_data(self) -> TaskData:
-        with stages.planned(self._stages()) as plan:
+        planned, private = self._stages()
+        with stages.planned(planned, training_examples=private) as plan:
             return self._load_data(plan)
 
-    def _stages(self) -> list[tuple[str, int, str]]:
+    def _stages(self) -> tuple[list[tuple[str, int, str]], int]:
         """The first run's preparation, as far as it can be known before the images are read: decoding,
-        pretraining and features (:mod:`dpbench.data.stages`); the cached ones are dropped once known."""
+        pretraining and features (:mod:`dpbench.data.stages`; the cached ones are dropped once known), and the number
+        of private training examples, whose training follows."""
         on_cifar100 = self.pretraining_source() == "cifar100"  # else the first CIFAR-10 images, taken out
         public = 50_000 if on_cifar100 else PUBLIC_SLICE
         private = 50_000 if on_cifar100 else 50_000 - PUBLIC_SLICE
@@ -340,7 +341,7 @@ class CIFAR10ADADP(Classification):
         private = min(private, train_limit) if train_limit > 0 else private
         return [(cifar.DECODE_STAGE, cifar.cifar10_images_to_decode(), "decode"),
                 (PRETRAIN_STAGE, self.settings["pretrain_epochs"] * public, "train"),
-                (FEATURES_STAGE, private + 10_000, "forward")]
+                (FEATURES_STAGE, private + 10_000, "forward")], private
 
     def _load_data(self, plan: stages.Plan) -> TaskData:
         public_images, public_labels, classes, public_id, where, private = self.split(cifar.load_cifar10())

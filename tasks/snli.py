@@ -64,9 +64,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
-from dpbench.data import snli
+from dpbench.data import snli, stages
 from dpbench.data.files import DataError, dpbench_home
 from dpbench.errors import UsageError
 from dpbench.task import Classification, TaskData
@@ -194,7 +193,7 @@ def frozen_features(tokenizer, encoder, pairs: snli.SentencePairs, max_length: i
         out = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32,
                                         shape=(len(lengths), int(lengths.max()), width + 1))
         order = np.argsort(lengths, kind="stable")  # similar lengths together: little padding per batch
-        for start in tqdm(range(0, len(order), batch_size), desc=f"frozen encoder -> {path.name}"):
+        for start in stages.bar(range(0, len(order), batch_size), desc=f"frozen encoder -> {path.name}"):
             rows = order[start:start + batch_size]
             steps = int(lengths[rows].max())
             batch = tokenizer.pad({key: [tokens[key][i] for i in rows] for key in tokens}, padding="max_length",

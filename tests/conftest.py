@@ -25,7 +25,8 @@ def isolated_home(tmp_path, monkeypatch):
     monkeypatch.delenv("DPBENCH_PLUGINS", raising=False)
     monkeypatch.delenv("DPBENCH_STORE", raising=False)
     monkeypatch.delenv("DPBENCH_MIRROR", raising=False)
-    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY", "DPBENCH_THREADS"):
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY", "DPBENCH_THREADS",
+                 "DPBENCH_PROGRESS_SECONDS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(threads, "_configured", None)
     torch = sys.modules.get("torch")

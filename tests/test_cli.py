@@ -3,6 +3,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -239,7 +240,7 @@ def logged_run(tmp_path_factory):
     """One ``dpbench run`` as a script, a CI job or a sweep worker runs it: output to pipes, not a terminal."""
     env = {key: value for key, value in os.environ.items()
            if not key.startswith(("DPBENCH_", "WANDB_")) and key != "OMP_NUM_THREADS"}
-    env["DPBENCH_HOME"] = str(tmp_path_factory.mktemp("logged"))
+    env.update(DPBENCH_HOME=str(tmp_path_factory.mktemp("logged")), DPBENCH_PROGRESS_SECONDS="0.1")
     return subprocess.run([sys.executable, "-m", "dpbench", "run", "--method", "dpsgd", "--task", "digits",
                            "--epsilon", "1", "--json", "--no-wandb"], capture_output=True, text=True, env=env,
                           cwd=REPO, check=True)
@@ -253,6 +254,32 @@ def test_lightning_says_nothing_a_user_did_not_ask_for(logged_run):
 
     with pytest.warns(UserWarning, match="a real warning"):
         rank_zero.rank_zero_warn("a real warning")
+
+
+def test_progress_is_a_bar_on_a_terminal_and_lines_off_one(capsys, monkeypatch):
+    """Issue 35, item 3: off a terminal, nothing showed during a 29.5-minute private training."""
+    from dpbench import stages
+
+    monkeypatch.setenv("DPBENCH_PROGRESS_SECONDS", "0.02")
+    args = ["run", "--method", "dpsgd", "--task", "digits", "--epsilon", "1", "--epochs", "6", "--no-wandb"]
+    monkeypatch.setattr(stages, "on_terminal", lambda: True)
+    assert main(args) == 0
+    terminal = capsys.readouterr().err
+    monkeypatch.setattr(stages, "on_terminal", lambda: False)
+    assert main([*args, "--seed", "1"]) == 0
+    logged = capsys.readouterr().err
+    assert "Epoch 5/5" in terminal and "private training:" not in terminal  # Lightning's bar
+    assert "\r" not in logged and "Epoch" not in logged
+    lines = [line for line in logged.splitlines() if line.startswith("private training:")]
+    assert len(lines) >= 2 and re.fullmatch(
+        r"private training: \d+/\d+ step \(\d+%\), [\d.]+ step/s, ETA \d+:\d\d, epoch [1-6]/6", lines[0])
+    assert re.fullmatch(r"private training: 132/132 step \(100%\), [\d.]+ step/s, done in \d+:\d\d, epoch 6/6",
+                        lines[-1])
+
+
+def test_off_a_terminal_a_run_prints_progress_lines_not_a_bar(logged_run):
+    lines = [line for line in logged_run.stderr.splitlines() if line.startswith("private training: ")]
+    assert lines and lines[-1].startswith("private training: 660/660 step (100%)") and "\r" not in logged_run.stderr
 
 
 def test_a_run_off_a_terminal_trains_with_one_thread_on_a_small_model(logged_run):

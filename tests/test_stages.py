@@ -1,7 +1,11 @@
 """Staged progress (dpbench.data.stages): stage labels, dropped stages, the estimate for all stages left."""
+import re
 import time
 
+import pytest
+
 from dpbench.data import stages
+from dpbench.errors import UsageError
 
 
 def test_outside_a_plan_nothing_changes():
@@ -31,3 +35,36 @@ def test_the_estimate_scales_the_units_left_by_the_measured_rate():
         assert plan.eta() in (f"all ≈ {minutes}:{seconds:02d}", f"all ≈ {minutes}:{seconds - 1:02d}")
         stages.label("a")  # a second bar of the same stage (e.g. the test images) keeps its count
         assert plan.units_left() == left
+
+
+def test_the_estimate_covers_the_private_training_that_follows():
+    """Issue 35: just before the private training began, the estimate said all ≈ 0:00."""
+    with stages.training_epochs(3):
+        with stages.planned([("a", 100, "forward")], training_examples=1000) as plan:
+            stages.label("a")
+            plan.started = time.perf_counter() - 10.0  # 100 forward passes in 10 s: 0.1 s a unit
+            stages.advance(100)
+            assert plan.units_left() == 3 * 1000 * stages.COST["private"] == 390
+            assert plan.eta() in ("all ≈ 0:39", "all ≈ 0:38")
+
+
+def test_off_a_terminal_a_bar_is_a_line_at_a_steady_interval(capsys, monkeypatch):
+    monkeypatch.setattr(stages, "on_terminal", lambda: False)
+    monkeypatch.setenv("DPBENCH_PROGRESS_SECONDS", "0.05")
+    with stages.bar(total=8, desc="stage 1/2: decode", unit="image") as bar:
+        for _ in range(8):
+            time.sleep(0.03)
+            bar.update()
+            bar.set_postfix_str("all ≈ 1:00")
+    lines = capsys.readouterr().err.splitlines()
+    assert 3 <= len(lines) <= 6 and "\r" not in "".join(lines)
+    for line in lines[:-1]:
+        assert re.fullmatch(r"stage 1/2: decode: [1-8]/8 image \(\d+%\), [\d.]+ image/s, ETA 0:0\d, all ≈ 1:00", line)
+    assert re.fullmatch(r"stage 1/2: decode: 8/8 image \(100%\), [\d.]+ image/s, done in 0:00, all ≈ 1:00", lines[-1])
+
+
+def test_a_bad_progress_interval_is_refused(monkeypatch):
+    monkeypatch.setattr(stages, "on_terminal", lambda: False)
+    monkeypatch.setenv("DPBENCH_PROGRESS_SECONDS", "0")
+    with pytest.raises(UsageError, match="DPBENCH_PROGRESS_SECONDS must be a number of seconds > 0, got '0'"):
+        stages.bar(total=1)

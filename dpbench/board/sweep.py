@@ -40,10 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
-from tqdm import tqdm
 
 from dpbench import registry
 from dpbench import threads as dpbench_threads
+from dpbench.data import stages
 from dpbench.errors import UsageError
 from dpbench.method import ReleaseMethod
 from dpbench.privacy.accounting import NEIGHBOURING
@@ -327,8 +327,8 @@ def run_grid(grid: dict[str, Any], workers: int = 1, progress: bool = True, sche
             results = (future.result() for future in as_completed(futures))
         else:
             results = iter(())
-        bar = stack.enter_context(tqdm(total=len(jobs), desc="sweep", unit="cell", disable=not progress,
-                                       file=sys.stderr, dynamic_ncols=True))
+        bar = stack.enter_context(stages.bar(total=len(jobs), desc="sweep", unit="cell", disable=not progress,
+                                             file=sys.stderr, dynamic_ncols=True))
         for cell, finished, refusal in results:
             bar.update(1)
             if refusal is not None:

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import platformdirs
-from tqdm.auto import tqdm
+
+from dpbench import stages
 
 if TYPE_CHECKING:
     from dpbench.data.taskdata import TaskData
@@ -115,7 +116,7 @@ def _download(remote: RemoteFile, target: Path) -> None:
         try:
             with urllib.request.urlopen(remote.url, timeout=60) as response:
                 total = int(response.headers.get("Content-Length") or 0) or None
-                with tqdm(total=total, unit="B", unit_scale=True, desc=f"download {remote.name}") as bar:
+                with stages.bar(total=total, unit="B", unit_scale=True, desc=f"download {remote.name}") as bar:
                     for chunk in iter(lambda: response.read(1 << 16), b""):
                         partial.write(chunk)
                         bar.update(len(chunk))

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from dpbench import threads
+from dpbench.data import stages
 from dpbench.checks import check_seed
 from dpbench.errors import UsageError
 from dpbench.federated.fedavg import (CLIENT_CLASSES, CLIENT_METHODS, CLIENTS, StackedModel, available_client_size, average,
@@ -212,8 +212,8 @@ def run(spec: FederatedSpec) -> dict[str, Any]:
     history = []
     started = time.perf_counter()
     try:
-        bar = tqdm(range(1, settings["rounds"] + 1), desc=f"fedavg {spec.client_method} {spec.random_fraction}",
-                   unit="round", disable=not spec.progress_bar)
+        bar = stages.bar(range(1, settings["rounds"] + 1), desc=f"fedavg {spec.client_method} {spec.random_fraction}",
+                         unit="round", disable=not spec.progress_bar)
         for round_number in bar:
             if settings["client_state"] == "reset" and round_number > 1:
                 clients = make_clients(spec.client_method, params, hp)

@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader
 from dpbench import registry, threads
 from dpbench.checks import check_budget, check_seed
 from dpbench.choices import CLIPPING, GAUSSIAN_SAMPLERS as NOISE, STRATEGIES
-from dpbench.data import rows
+from dpbench.data import rows, stages
 from dpbench.errors import RegistryError, UsageError
 from dpbench.method import Method, ReleaseMethod
 from dpbench.privacy import guards, streams
@@ -34,7 +34,7 @@ from dpbench.privacy.sampling import IndexedTensors, PoissonSampler, ShuffleSamp
 from dpbench.release import runner
 from dpbench.results import records, store, tracking
 from dpbench.run import distributed, isolation
-from dpbench.run.training import PrivateTraining
+from dpbench.run.training import PrivateTraining, ProgressLines
 from dpbench.spec import BUDGET_KEYS, RunSpec, profile_settings, resolve_hyperparameters
 from dpbench.task import Task, TaskData
 
@@ -210,7 +210,8 @@ def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = 
     except ValueError as error:
         raise UsageError(f"task {task_class.name}: {error}") from None
     threads.fit()  # one thread (or the user's count) before PyTorch does any work: dpbench/threads.py
-    data = task.prepare(spec.seed)
+    with stages.training_epochs(hp["epochs"]):  # the preparation's progress estimates the training too
+        data = task.prepare(spec.seed)
     stated = task_class.min_train_examples
     if stated is not None and options == task_class.options and data.n_train < stated:
         raise RegistryError(f"task {task_class.name} states min_train_examples = {stated}, but its data has "
@@ -369,13 +370,16 @@ def run(spec: RunSpec, task_class: type[Task] | None = None,
     wandb = tracking.wandb_settings(spec.wandb_project, spec.wandb_entity, spec.no_wandb)
     logger = tracking.make_logger(wandb, planned.record) if wandb else False
     epsilon_so_far = epsilon_log(planned.releases_charged(0), planned.delta) if method.private and logger else None
+    bar = spec.progress_bar and stages.on_terminal()  # else lines every few seconds (dpbench/stages.py)
+    lines = [ProgressLines("private training" if method.private else "training")] if spec.progress_bar and not bar \
+        else []
     try:  # before anything is written: Lightning refuses unknown or unavailable accelerators here
         trainer = pl.Trainer(
             max_epochs=hp["epochs"], accelerator=spec.accelerator, devices=spec.devices, logger=logger,
             strategy=distributed.strategy(spec.accelerator, spec.devices),
-            enable_checkpointing=False, callbacks=[*callbacks, *([checkpoints] if checkpoints else [])],
+            enable_checkpointing=False, callbacks=[*callbacks, *lines, *([checkpoints] if checkpoints else [])],
             plugins=[checkpoint.AtomicCheckpointIO()] if checkpoints else None,
-            enable_progress_bar=spec.progress_bar, enable_model_summary=False, num_sanity_val_steps=0,
+            enable_progress_bar=bar, enable_model_summary=False, num_sanity_val_steps=0,
             use_distributed_sampler=False, deterministic=True, log_every_n_steps=1,  # only per-epoch values are logged
         )
     except (ValueError, MisconfigurationException) as error:

@@ -21,9 +21,36 @@ from dpbench.privacy import streams
 from dpbench.privacy.clipping import PerExampleClipper, Transform
 from dpbench.privacy.ghost import make_clipper
 from dpbench.privacy.noise import GaussianNoise
+from dpbench.data import stages
 from dpbench.run import distributed
 from dpbench.run.isolation import IsolatedMethod
 from dpbench.task import Task
+
+
+class ProgressLines(pl.Callback):
+    """Lightning's progress bar off a terminal (:class:`dpbench.stages.Lines`): a line every few seconds with the
+    step, the epoch, the rate (test passes included) and the ETA; rank 0 only."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self.lines: stages.Lines | None = None
+
+    def on_train_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        if trainer.global_rank == 0:
+            self.lines = stages.Lines(total=trainer.max_epochs * trainer.num_training_batches, desc=self.label,
+                                      unit="step", initial=getattr(module, "steps", 0))
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        if self.lines is not None:
+            self.lines.set_postfix_str(f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}")
+
+    def on_train_batch_end(self, trainer: pl.Trainer, module: pl.LightningModule, *_: Any) -> None:
+        if self.lines is not None:
+            self.lines.update()
+
+    def on_train_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        if self.lines is not None:
+            self.lines.close()
 
 
 class PrivateTraining(pl.LightningModule):
