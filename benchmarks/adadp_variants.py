@@ -7,7 +7,7 @@ replace-one neighbours (as the tabular leaderboard): each with its defaults and 
 the seeds; the board's ``validation`` track, the selection not charged). The runs go to the results store of
 ``$DPBENCH_HOME`` and to ``--records``; the table (mean test accuracy ± half-width of the 95% confidence interval)
 to stdout and ``--table``. ``--reuse`` takes the runs of a cell from a records file where they have the identity
-this run would have (settings, code, ledger: :func:`dpbench.results.records.identity`), e.g. the committed leaderboard's
+this run would have (settings, code, ledger: :func:`dpbench.results.identity.identity`), e.g. the committed leaderboard's
 ``none`` and ``validation`` cells of ``ada_dp`` and ``dpsgd``, which are these cells::
 
     python benchmarks/adadp_variants.py --reuse leaderboards/results.jsonl \
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from scipy import stats
 
-from dpbench.results import records
+from dpbench.results.identity import identity
 from dpbench.results.records import check_stored
 from dpbench.run import engine, multiseed
 from dpbench.spec import RunSpec
@@ -49,7 +49,7 @@ def stored_runs(path: str | None) -> dict[tuple[str, int], dict]:
     for line in Path(path).read_text().splitlines() if path else []:
         record = json.loads(line)
         check_stored(record)
-        runs[records.identity(record), record["seed"]] = record
+        runs[identity(record), record["seed"]] = record
     return runs
 
 

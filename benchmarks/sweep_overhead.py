@@ -62,7 +62,7 @@ def timed(command: list[str], home: Path) -> float:
 
 def stored(home: Path) -> dict:
     """(identity, seed) → test accuracy of the runs stored under ``home``."""
-    code = ("import json; from dpbench.results import records, store; print(json.dumps({json.dumps([records.identity(r), "
+    code = ("import json; from dpbench.results import store; from dpbench.results.identity import identity; print(json.dumps({json.dumps([identity(r), "
             "r['seed']]): r['metrics']['test_accuracy'] for r in store.load()}))")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "DPBENCH_HOME": str(home)},
                          capture_output=True, text=True, check=True).stdout

@@ -405,9 +405,13 @@ def _summary(record: dict[str, Any]) -> str:
     steps = "" if record["steps"] is None else f"{record['steps']} steps"  # AMP's solver count is not released
     timing = "" if seconds is None else f" in {seconds:.1f} s"
     lines.append(f"  {steps}{timing}{'; ' if steps or timing else ''}{metrics}")
-    from dpbench.results import store
+    from dpbench.results import browse, store
 
     lines.append(f"  run {record['run_id']} stored in {store.describe()} (dpbench show {record['run_id']})")
+    rerun, runs = browse.reruns(store.load(task=record["task"], method=record["method"])).get(record["run_id"], (1, 1))
+    if runs > 1:
+        lines.append(f"  rerun {rerun} of {runs} stored runs of these settings and seed (dpbench runs numbers them; the "
+                     f"leaderboard counts the seed once)")
     return "\n".join(lines)
 
 

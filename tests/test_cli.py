@@ -76,6 +76,28 @@ def test_settings_reach_the_method(capsys):
         == record["hyperparameters"]
 
 
+def test_a_rerun_of_the_same_settings_and_seed_is_a_numbered_record(capsys):
+    """Issue 35, item 4: every run is a record of its own (its time, its train_seconds); reruns of one setting and
+    seed are numbered, and the leaderboard counts the seed once. The same record appended again is skipped."""
+    from dpbench import leaderboard_model
+
+    args = ["run", "--method", "dpsgd", "--task", "breast_cancer", "--epsilon", "1", "--epochs", "1", "--no-wandb"]
+    assert main(args) == 0 and "\n  rerun" not in capsys.readouterr().out
+    assert main(args) == 0
+    assert "\n  rerun 2 of 2 stored runs of these settings and seed" in capsys.readouterr().out
+    assert main([*args, "--seed", "1"]) == 0 and "\n  rerun" not in capsys.readouterr().out
+    first, second, other = store.load()
+    store.append(first)
+    assert len(store.load()) == 3
+    assert main(["runs"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[-2:] == ["rerun", "metric"]
+    assert [line.split()[8] for line in table[1:4]] == ["1/2", "2/2", "1/1"]
+    assert table[4].startswith("(rerun k/m: the k-th of m stored runs of the same settings and seed")
+    [board] = leaderboard_model.build_tables(store.load())
+    assert [cell.n_seeds for cell in board.cells.values()] == [2]
+
+
 def test_shuffled_batches_are_recorded_as_such_and_cost_more(capsys):
     common = ("--method", "dpsgd", "--task", "breast_cancer", "--noise-multiplier", "2", "--epochs", "2")
     shuffled = run_json(capsys, *common, "--sampler", "shuffle")

@@ -6,6 +6,7 @@ import pytest
 from dpbench.board import sweep
 from dpbench.board.sweep import run_grid
 from dpbench.results import store
+from dpbench.results.identity import identity
 
 
 def test_sweep_batches_the_seeds_it_can_and_resumes(capsys):
@@ -126,9 +127,8 @@ def test_random_stopping_cells_run_one_study_per_seed_each_with_its_own_secret(c
     assert run_grid(grid, progress=False) == {"ran": 0, "already stored": 3, "refused": 0}
     # A record of the tuning that drew K from the public seed (its config without "coins") is not a stored run of
     # this one: a sweep over an old store reruns the study instead of keeping a record whose K can be recomputed.
-    from dpbench.results import records
 
     old = json.loads(json.dumps(released[0]))
     del old["tuning"]["config"]["coins"]
     [cell] = sweep.cells(grid)
-    assert sweep.identity(cell) == records.identity(released[0]) != records.identity(old)
+    assert sweep.identity(cell) == identity(released[0]) != identity(old)

@@ -16,7 +16,7 @@ import torch
 
 from dpbench.board.sweep import run_grid
 from dpbench.results import store
-from dpbench.results import records
+from dpbench.results.identity import identity
 
 GRID = {"tasks": ["breast_cancer", "digits"], "methods": ["dpsgd", "ada_dp", "output_perturbation"],
         "epsilons": [1.0, 2.0], "seeds": 3}
@@ -88,7 +88,7 @@ def test_a_killed_worker_loses_no_cell_and_duplicates_no_run(cluster, tmp_path, 
     assert victim.wait(timeout=30) == -signal.SIGKILL
     assert out.strip() == f"{RUNS} ran, 0 already stored, 0 refused"
     distributed_runs = store.load()
-    keys = [(records.identity(r), r["seed"]) for r in distributed_runs]
+    keys = [(identity(r), r["seed"]) for r in distributed_runs]
     assert len(distributed_runs) == RUNS and len(set(keys)) == RUNS  # every run once
 
     monkeypatch.setenv("DPBENCH_HOME", str(tmp_path / "one-process"))
@@ -98,5 +98,5 @@ def test_a_killed_worker_loses_no_cell_and_duplicates_no_run(cluster, tmp_path, 
         assert run_grid(GRID, progress=False) == {"ran": RUNS, "already stored": 0, "refused": 0}
     finally:
         torch.set_num_threads(threads)
-    alone = {(records.identity(r), r["seed"]): (r["metrics"], r["epsilon"]) for r in store.load()}
-    assert {(records.identity(r), r["seed"]): (r["metrics"], r["epsilon"]) for r in distributed_runs} == alone
+    alone = {(identity(r), r["seed"]): (r["metrics"], r["epsilon"]) for r in store.load()}
+    assert {(identity(r), r["seed"]): (r["metrics"], r["epsilon"]) for r in distributed_runs} == alone

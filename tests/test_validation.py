@@ -4,7 +4,7 @@ import math
 from collections import Counter
 
 from dpbench import registry
-from dpbench.results.records import identity
+from dpbench.results.identity import identity
 from dpbench.run import multiseed
 from dpbench.tuning import validation
 from dpbench.tuning.accounting import ValidationSplit

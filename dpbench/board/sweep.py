@@ -18,7 +18,7 @@ optional. The tracks, every method treated alike:
 Non-private methods run once per seed, not once per ε. A cell's runs train as one batched computation where
 :mod:`dpbench.run.multiseed` applies (seeds; a cell's trials; the trials of all its tuning seeds), with the records of
 separate runs. A stored record counts only if it has the identity a run would have now (settings, code, ledger version:
-:func:`dpbench.results.records.identity`). Cells run in this process, on a Dask ``LocalCluster`` of ``--workers``
+:func:`dpbench.results.identity.identity`). Cells run in this process, on a Dask ``LocalCluster`` of ``--workers``
 processes, or on an existing Dask cluster (``--scheduler tcp://host:port``: dask-jobqueue on Slurm/PBS, dask-kubernetes,
 or ``dask scheduler`` and ``dask worker`` started by hand); the full-data methods, the longest jobs, start first.
 Workers send records back and this process stores them. One progress bar with an ETA runs over all cells.
@@ -47,7 +47,8 @@ from dpbench.data import stages
 from dpbench.errors import UsageError
 from dpbench.method import ReleaseMethod
 from dpbench.privacy.accounting import NEIGHBOURING
-from dpbench.results import records, store
+from dpbench.results import store
+from dpbench.results.identity import identity as record_identity
 from dpbench.results.records import check_stored
 from dpbench.run import allocator, engine, multiseed
 from dpbench.spec import RunSpec
@@ -136,7 +137,7 @@ def _tune_specs(cell: Cell, seeds: tuple[int, ...]) -> list[tune.TuneSpec]:
 
 
 def identity(cell: Cell) -> str:
-    """The identity (:func:`dpbench.results.records.identity`) the cell's records would have; UsageError if refused."""
+    """The identity (:func:`dpbench.results.identity.identity`) the cell's records would have; UsageError if refused."""
     spec = RunSpec(method=cell.method, task=cell.task, epsilon=cell.epsilon, neighbouring=cell.neighbouring,
                    progress_bar=False)
     if cell.track == "none":
@@ -151,7 +152,7 @@ def identity(cell: Cell) -> str:
     planned = engine.describe_record(replace(spec, neighbouring=plan_.trial.neighbouring, epsilon=None,
                                              noise_multiplier=1.0, sampler=None if plan_.trial.kind == "output"
                                              else "poisson"))
-    return records.identity({**planned, "epsilon_target": cell.epsilon, "neighbouring": plan_.trial.neighbouring,
+    return record_identity({**planned, "epsilon_target": cell.epsilon, "neighbouring": plan_.trial.neighbouring,
                             "profile": None, "tuning": {"config": tune.tuning_config(plan_)}})
 
 
@@ -186,7 +187,7 @@ def _cost(cell: Cell, methods: dict[str, type]) -> tuple[int, int]:
 
 
 def _stored() -> set[tuple[str, int]]:
-    """(identity, seed) of the stored runs (:func:`dpbench.results.records.identity`: settings, code, ledger), each
+    """(identity, seed) of the stored runs (:func:`dpbench.results.identity.identity`: settings, code, ledger), each
     checked first: the store is a file anyone can edit."""
     stored = store.load()
     for record in stored:
@@ -194,7 +195,7 @@ def _stored() -> set[tuple[str, int]]:
             check_stored(record)
         except ValueError as error:
             raise UsageError(f"{store.describe()}: {error}") from None
-    return {(records.identity(r), r["seed"]) for r in stored}
+    return {(record_identity(r), r["seed"]) for r in stored}
 
 
 def pending(grid: dict[str, Any]) -> tuple[list[Cell], int, dict[Cell, str]]:

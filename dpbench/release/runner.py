@@ -102,7 +102,7 @@ def _accounting(method: ReleaseMethod) -> tuple[str, str]:
 
 
 def describe(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[Task]) -> dict[str, Any]:
-    """The identity fields (``records.IDENTITY_FIELDS``) a run of ``spec`` would record, without training."""
+    """The identity fields (``identity.IDENTITY_FIELDS``) a run of ``spec`` would record, without training."""
     method, hp, options, task, data, delta, epsilon = _prepare(spec, method_class, task_class)
     accountant, sampler = _accounting(method)
     return {**records.provenance(task_class, method_class, data, spec.seed, hp | options, spec.overrides),

@@ -4,7 +4,6 @@ from __future__ import annotations
 import datetime
 import functools
 import hashlib
-import json
 import importlib.metadata
 import inspect
 import math
@@ -201,28 +200,3 @@ def check_stored(record: Any) -> None:
     if record.get("kind") != "audit" and record["private"] and (
             record["delta"] is None or record["epsilon_target"] is None and record["epsilon"] is None):
         raise ValueError(f"{run} is private but lacks its delta or epsilon")
-
-
-#: The fields that say which settings and code a record ran: two records with the same identity (and seed) are the
-#: same experiment, so the sweep does not run it again and the leaderboard puts them in one cell.
-IDENTITY_FIELDS = ("task", "method", "data_id", "delta", "epsilon_target", "neighbouring", "accountant", "sampler",
-                   "hyperparameters", "overrides", "profile", "code", "ledger_version")
-
-
-#: A tuned record's hyperparameters, sampler and accountant are outputs of its tuning: its identity is the tuning's
-#: configuration (``record["tuning"]["config"]``) instead.
-TUNED_IDENTITY_FIELDS = ("task", "method", "data_id", "delta", "epsilon_target", "neighbouring", "profile", "code",
-                         "ledger_version")
-
-
-def identity(record: dict[str, Any]) -> str:
-    """The canonical JSON of a record's :data:`IDENTITY_FIELDS`, or of a tuned record's
-    :data:`TUNED_IDENTITY_FIELDS` and tuning configuration (δ to 10 significant digits: release methods record the
-    sum of their parts' δ)."""
-    tuning = record.get("tuning")
-    fields = {key: record.get(key) for key in (TUNED_IDENTITY_FIELDS if tuning else IDENTITY_FIELDS)}
-    if tuning:
-        fields["tuning"] = tuning.get("config", tuning.get("mode"))
-    if fields["delta"] is not None:
-        fields["delta"] = float(f"{fields['delta']:.10g}")
-    return json.dumps(fields, sort_keys=True)

@@ -52,6 +52,7 @@ from lightning_fabric.plugins import TorchCheckpointIO
 from dpbench.errors import UsageError
 from dpbench.privacy import noise
 from dpbench.results import records
+from dpbench.results.identity import identity
 
 CHECKPOINT = "checkpoint.ckpt"
 RECORD = "record.json"
@@ -92,10 +93,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 def settings(planned) -> dict[str, Any]:
     """What a run's checkpoint must have been made with to be resumed exactly: the record's identity
-    (``records.identity``: task, method, data, budget, hyperparameters, code, ledger version), the seed, σ, the
+    (``identity.identity``: task, method, data, budget, hyperparameters, code, ledger version), the seed, σ, the
     samplers, the clipping path, dpbench's commit, the library versions and the thread count."""
     spec, record = planned.spec, planned.record
-    return {**json.loads(records.identity(record)), "seed": spec.seed, "noise_multiplier": record["noise_multiplier"],
+    return {**json.loads(identity(record)), "seed": spec.seed, "noise_multiplier": record["noise_multiplier"],
             "sample_rate": record["sample_rate"], "noise": spec.noise, "philox_built": noise.fill_normal is not None,
             "clipping": spec.clipping, "git_commit": records.git_commit(), "versions": records.versions(),
             "threads": torch.get_num_threads()}

@@ -33,6 +33,7 @@ from dpbench.privacy.clipping import VmapClipper
 from dpbench.privacy.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
 from dpbench.release import runner
 from dpbench.results import records, store, tracking
+from dpbench.results.identity import identity
 from dpbench.run import distributed, isolation
 from dpbench.run.training import PrivateTraining, ProgressLines
 from dpbench.spec import BUDGET_KEYS, RunSpec, profile_settings, resolve_hyperparameters
@@ -153,9 +154,9 @@ def describe_record(spec: RunSpec) -> dict[str, Any]:
 
 
 def describe(spec: RunSpec) -> str:
-    """The :func:`~dpbench.results.records.identity` a run of ``spec`` would record, without training or
+    """The :func:`~dpbench.results.identity.identity` a run of ``spec`` would record, without training or
     calibrating."""
-    return records.identity(describe_record(spec))
+    return identity(describe_record(spec))
 
 
 def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = None) -> PlannedRun:

@@ -66,7 +66,7 @@ from dpbench.data.files import DataError
 from dpbench.errors import UsageError
 from dpbench.registry import RegistryError
 from dpbench.results.records import LEDGER_VERSION
-from dpbench.results.records import identity
+from dpbench.results.identity import identity
 from dpbench.spec import RunSpec
 from dpbench.trust import audit
 

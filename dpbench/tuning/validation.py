@@ -25,7 +25,7 @@ from typing import Any, Callable
 from dpbench.errors import UsageError
 from dpbench.method import Method, ReleaseMethod
 from dpbench.privacy import streams
-from dpbench.results import records
+from dpbench.results.identity import identity
 from dpbench.run import engine, multiseed
 from dpbench.spec import RunSpec
 from dpbench.task import Task
@@ -113,11 +113,11 @@ def run_cell(task: str, method: str, epsilon: float | None, seeds: list[int], se
 
 def describe(task: str, method: str, epsilon: float | None, settings: TrackSettings = TrackSettings(),
              neighbouring: str | None = None, plugins: list[str] | None = None) -> str:
-    """The :func:`dpbench.results.records.identity` the cell's records would have, without running anything."""
+    """The :func:`dpbench.results.identity.identity` the cell's records would have, without running anything."""
     plugins = plugins or []
     method_class, task_class = engine.registered(method, task, plugins)
     config = _config(search_space(method_class, task_class), settings)
     spec = RunSpec(method=method, task=task, epsilon=epsilon, neighbouring=neighbouring, plugins=plugins,
                    tuning={"config": config})
     planned = engine.describe_record(spec)
-    return records.identity({**planned, "tuning": {"config": config}})
+    return identity({**planned, "tuning": {"config": config}})
