@@ -236,6 +236,8 @@ def _parser() -> argparse.ArgumentParser:
                                    "in this process)")
     sweep_parser.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                               help="send the cells to this Dask scheduler's workers instead")
+    sweep_parser.add_argument("--plugins", action="append", default=[], metavar="DIR",
+                              help="folder of extra method/task files, for this process and the workers")
     _threads_option(sweep_parser, "torch threads of each worker (default: dpbench's choice per run, at most the "
                                   "cores over the workers; also: DPBENCH_THREADS)")
 
@@ -249,6 +251,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="list what is wrong with the board (exit 1 if anything is not explained)")
     board.add_argument("--exceptions", metavar="FILE.json",
                        help="explained exceptions for --check (default: exceptions.json beside --records)")
+    board.add_argument("--plugins", action="append", default=[], metavar="DIR",
+                       help="folder of extra method files (the page describes their methods)")
     _add_audit_parsers(commands)
     _federated_parser(commands)
     return parser
@@ -447,6 +451,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.store.strip():
             return _refuse(UsageError("--store needs a URL (or a SQLite file's path)"))
         os.environ["DPBENCH_STORE"] = args.store  # read by dpbench.results.store here and in the sweep's worker processes
+    if args.command in ("sweep", "leaderboard") and args.plugins:  # these read the registry's default folders
+        os.environ["DPBENCH_PLUGINS"] = os.pathsep.join(  # here and in the sweep's workers (dpbench/sweep.py)
+            [*os.environ.get("DPBENCH_PLUGINS", "").split(os.pathsep), *map(os.path.abspath, args.plugins)]).strip(
+            os.pathsep)
     if args.command in TRAINING:
         try:  # bad values refused before anything heavy is imported
             stages.interval()

@@ -1,12 +1,16 @@
 """``dpbench sweep``: tracks, batching, resuming by record identity, refusals, workers."""
 import json
+from pathlib import Path
 
 import pytest
 
 from dpbench.board import sweep
 from dpbench.board.sweep import run_grid
+from dpbench.cli import main
 from dpbench.results import store
 from dpbench.results.identity import identity
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_sweep_batches_the_seeds_it_can_and_resumes(capsys):
@@ -101,6 +105,21 @@ def test_bad_grids_are_refused(refused, tmp_path, grid, message):
     path = tmp_path / "grid.json"
     path.write_text(json.dumps(grid))
     assert message in refused("sweep", str(path))
+
+
+def test_plugins_reach_the_sweep_before_or_after_the_command(capsys, tmp_path):
+    """Issue 35, item 5: ``--plugins`` was refused by ``dpbench sweep`` both before and after the command."""
+    plugins = str(REPO / "examples" / "plugins")
+    path = tmp_path / "grid.json"
+    path.write_text(json.dumps({"tasks": ["digits"], "methods": ["dp_nesterov"], "epsilons": [1], "seeds": 1}))
+    assert main(["--plugins", plugins, "sweep", str(path)]) == 0
+    assert capsys.readouterr().out == "1 ran, 0 already stored, 0 refused\n"
+    assert main(["sweep", str(path), "--plugins", plugins]) == 0
+    assert capsys.readouterr().out == "0 ran, 1 already stored, 0 refused\n"
+    [record] = store.load()
+    assert record["method"] == "dp_nesterov" and record["code"]["method"]["external"]
+    assert main(["leaderboard", "--plugins", plugins, "--format", "html", "--out", str(tmp_path / "board.html")]) == 0
+    assert "DP-SGD with Nesterov momentum (example plugin)" in (tmp_path / "board.html").read_text()
 
 
 def test_random_stopping_cells_run_one_study_per_seed_each_with_its_own_secret(capsys):

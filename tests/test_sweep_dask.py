@@ -99,4 +99,18 @@ def test_a_killed_worker_loses_no_cell_and_duplicates_no_run(cluster, tmp_path, 
     finally:
         torch.set_num_threads(threads)
     alone = {(identity(r), r["seed"]): (r["metrics"], r["epsilon"]) for r in store.load()}
+
+
+def test_the_workers_load_the_plugin_folders_of_the_sweep(cluster, tmp_path, monkeypatch):
+    """Issue 35, item 5: ``--plugins`` reaches the Dask workers (each started without it)."""
+    address, _ = cluster
+    grid_file = tmp_path / "grid.json"
+    grid_file.write_text(json.dumps({"tasks": ["digits"], "methods": ["dp_nesterov"], "epsilons": [1], "seeds": 2}))
+    monkeypatch.setenv("DPBENCH_HOME", str(tmp_path / "client"))
+    plugins = str(Path(__file__).resolve().parents[1] / "examples" / "plugins")
+    result = subprocess.run([sys.executable, "-m", "dpbench", "sweep", str(grid_file), "--scheduler", address,
+                             "--plugins", plugins], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "2 ran, 0 already stored, 0 refused"
+    assert {(r["method"], r["seed"]) for r in store.load()} == {("dp_nesterov", 0), ("dp_nesterov", 1)}
     assert {(identity(r), r["seed"]): (r["metrics"], r["epsilon"]) for r in distributed_runs} == alone

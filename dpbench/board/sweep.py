@@ -223,16 +223,21 @@ def pending(grid: dict[str, Any]) -> tuple[list[Cell], int, dict[Cell, str]]:
 
 
 class _WorkerSetup(WorkerPlugin):
-    """A Dask worker plugin: each worker process (also one started after another died) chooses its torch threads as
+    """A Dask worker plugin: each worker process (also one started after another died) loads the client's plugin
+    folders (``DPBENCH_PLUGINS``: the same paths must hold them on a remote worker), chooses its torch threads as
     the ``dpbench`` command does (``threads``, else by the size of each run, at most ``cap``: dpbench/threads.py)
     and keeps freed memory."""
 
     name = "dpbench-worker-setup"
 
-    def __init__(self, threads: int | None, cap: int):
-        self.threads, self.cap = threads, cap
+    def __init__(self, threads: int | None, cap: int, plugins: str):
+        self.threads, self.cap, self.plugins = threads, cap, plugins
 
     def setup(self, worker) -> None:
+        if self.plugins:
+            os.environ["DPBENCH_PLUGINS"] = self.plugins
+        else:
+            os.environ.pop("DPBENCH_PLUGINS", None)
         dpbench_threads.configure(self.threads, self.cap)
         dpbench_threads.fit()
         allocator.keep_freed_memory()
@@ -249,7 +254,8 @@ def _local_cluster(workers: int, threads: int | None):
                                dashboard_address=None, preload=["dpbench.board.sweep"])
     try:
         client = Client(cluster)
-        client.register_plugin(_WorkerSetup(threads, max(1, (os.cpu_count() or 1) // workers)))
+        client.register_plugin(_WorkerSetup(threads, max(1, (os.cpu_count() or 1) // workers),
+                                            os.environ.get("DPBENCH_PLUGINS", "")))
     except BaseException:
         cluster.close()
         raise
@@ -280,7 +286,7 @@ def _remote_client(scheduler: str, threads: int | None):
         client = Client(scheduler, timeout="30s")
     except (OSError, TimeoutError, ValueError) as error:
         raise UsageError(f"cannot reach the Dask scheduler {scheduler}: {error}") from None
-    client.register_plugin(_WorkerSetup(threads, 1))
+    client.register_plugin(_WorkerSetup(threads, 1, os.environ.get("DPBENCH_PLUGINS", "")))
     return client
 
 
