@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-MIRROR = Path(os.environ.get("DPBENCH_TEST_MIRROR", REPO.parent / "shared" / "data"))
+#: The offline mirror of dataset files: the one ``DPBENCH_MIRROR`` names, as for ``dpbench run`` (read before
+#: :func:`isolated_home` clears it for each test), else ``../shared/data`` beside the repository.
+MIRROR = Path(os.environ.get("DPBENCH_MIRROR") or REPO.parent / "shared" / "data").resolve()
 
 
 @pytest.fixture(autouse=True)
@@ -83,7 +85,7 @@ def cifar_home(mirror, isolated_home, shared_cache):
 def mirror(monkeypatch):
     """The offline mirror of canonical dataset files (../shared/data beside the repository)."""
     if not MIRROR.is_dir():
-        pytest.skip(f"no dataset mirror at {MIRROR} (set DPBENCH_TEST_MIRROR)")
+        pytest.skip(f"no dataset mirror at {MIRROR} (set DPBENCH_MIRROR)")
     monkeypatch.setenv("DPBENCH_MIRROR", str(MIRROR))
     return MIRROR
 

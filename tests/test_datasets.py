@@ -1,6 +1,6 @@
 """The loaders of dpbench.data (tabular, mnist, cifar, snli) on the offline mirror of canonical files.
 
-The mirror is ``$DPBENCH_TEST_MIRROR``, by default ``<repo root>/../shared/data``; tests that need it are skipped when
+The mirror is ``$DPBENCH_MIRROR``, by default ``<repo root>/../shared/data``; tests that need it are skipped when
 it does not exist. Each dataset is loaded once per module (kddcup99 takes a few seconds).
 """
 from __future__ import annotations
@@ -12,6 +12,8 @@ import io
 import json
 import os
 import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -22,10 +24,8 @@ import torch
 
 from dpbench.data import cifar, files, mnist, snli, tabular
 from dpbench.data.files import DataError
+from tests.conftest import MIRROR, REPO
 
-MIRROR = Path(
-    os.environ.get("DPBENCH_TEST_MIRROR") or (Path(__file__).resolve().parents[1] / ".." / "shared" / "data")
-).resolve()
 UNREACHABLE = "http://127.0.0.1:9/x"
 
 
@@ -59,7 +59,7 @@ MINMAX_NOTICE = (
 def use_mirror(mp: pytest.MonkeyPatch, home: Path) -> None:
     """Point dpbench at the test mirror (tests/conftest.py clears DPBENCH_MIRROR before every test)."""
     if not MIRROR.is_dir():
-        pytest.skip(f"no dataset mirror at {MIRROR} (set DPBENCH_TEST_MIRROR)")
+        pytest.skip(f"no dataset mirror at {MIRROR} (set DPBENCH_MIRROR)")
     mp.setenv("DPBENCH_MIRROR", str(MIRROR))
     mp.setenv("DPBENCH_HOME", str(home))
 
@@ -264,3 +264,13 @@ def test_snli_train_reads_the_canonical_zip(tmp_path, monkeypatch):
     assert loaded.data_id == "snli" and loaded.note is None
     assert loaded.train.premises == ["A man sleeps.", "Two dogs run.", "A girl reads."]
     assert loaded.train.labels.tolist() == [0, 2, 1] and loaded.test.hypotheses == ["It is wet."]
+
+
+def test_the_tests_read_the_mirror_that_dpbench_mirror_names(tmp_path):
+    """Issue 35, item 7: the tests read ``DPBENCH_MIRROR``, the variable README names (not one of their own)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("DPBENCH_")}
+    code = "from tests import conftest, test_datasets; print(conftest.MIRROR, test_datasets.MIRROR)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
+                            env={**env, "DPBENCH_MIRROR": str(tmp_path)})
+    assert result.stdout.split() == [str(tmp_path)] * 2
+

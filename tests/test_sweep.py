@@ -100,6 +100,18 @@ def test_three_tracks_run_every_method_alike_and_resume(capsys):
      "neighbouring must be"),
     ({"tasks": ["nope"], "methods": ["dpsgd"], "epsilons": [1], "seeds": 1}, "unknown methods or tasks"),
     ([1, 2], "a JSON object is expected"),
+    # Issue 35, item 7: the error names the field and what it takes.
+    ({"tasks": ["digits"], "methods": ["dpsgd"], "epsilons": [1], "seeds": [0, 1, 2]},
+     "seeds must be a whole number from 1 to 10000 (how many seeds: 0, 1, ... run), got [0, 1, 2]"),
+    ({"tasks": "digits", "methods": ["dpsgd"], "epsilons": [1], "seeds": 1},
+     'tasks must be a non-empty list of names, got "digits"'),
+    ({"tasks": ["digits"], "methods": [], "epsilons": [1], "seeds": 1}, "methods must be a non-empty list of names"),
+    ({"tasks": ["digits"], "methods": ["dpsgd"], "epsilons": 1, "seeds": 1},
+     "epsilons must be a non-empty list of positive numbers, got 1"),
+    ({"tasks": ["digits"], "methods": ["dpsgd"], "epsilons": [1], "seeds": 1, "trials": 0},
+     "trials must be a whole number from 1 to 10000 (configurations or the mean of K per cell), got 0"),
+    ({"tasks": ["digits"], "methods": ["dpsgd"], "epsilons": [1], "seeds": 1, "tracks": "none"},
+     "tracks must be a non-empty list of names"),
 ])
 def test_bad_grids_are_refused(refused, tmp_path, grid, message):
     path = tmp_path / "grid.json"

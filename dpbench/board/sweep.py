@@ -58,6 +58,26 @@ TRACKS = ("none", "validation", "random-stopping")
 GRID_KEYS = {"tasks", "methods", "epsilons", "seeds", "tracks", "trials", "neighbouring"}
 
 
+def _names(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 10_000
+
+
+#: What each field of a grid takes (``neighbouring`` is checked against its choices): field -> (what, test).
+GRID_FIELDS = {
+    "tasks": ("a non-empty list of names", _names),
+    "methods": ("a non-empty list of names", _names),
+    "tracks": (f"a non-empty list of names ({', '.join(TRACKS)})", _names),
+    "epsilons": ("a non-empty list of positive numbers", lambda v: isinstance(v, list) and bool(v) and all(
+        isinstance(e, (int, float)) and not isinstance(e, bool) and 0 < e < float("inf") for e in v)),
+    "seeds": ("a whole number from 1 to 10000 (how many seeds: 0, 1, ... run)", _count),
+    "trials": ("a whole number from 1 to 10000 (configurations or the mean of K per cell)", _count),
+}
+
+
 @dataclass(frozen=True)
 class Cell:
     track: str
@@ -86,16 +106,9 @@ def load_grid(path: str) -> dict[str, Any]:
             part for part in [f"lacks {', '.join(sorted(missing))}" if missing else "",
                               f"unknown keys {', '.join(sorted(unknown))}" if unknown else ""] if part))
     grid = {"tracks": ["none"], "trials": 16, "neighbouring": None, **grid}
-    lists_of_names = all(isinstance(grid[key], list) and grid[key] and all(isinstance(v, str) for v in grid[key])
-                         for key in ("tasks", "methods", "tracks"))
-    numbers = (isinstance(grid["epsilons"], list) and grid["epsilons"] and
-               all(isinstance(e, (int, float)) and not isinstance(e, bool) and 0 < e < float("inf")
-                   for e in grid["epsilons"]))
-    counts = all(isinstance(grid[key], int) and not isinstance(grid[key], bool) and 1 <= grid[key] <= 10_000
-                 for key in ("seeds", "trials"))
-    if not (lists_of_names and numbers and counts):
-        raise UsageError(f"grid {path}: tasks, methods and tracks are non-empty lists of names, epsilons a non-empty "
-                         f"list of positive numbers, seeds and trials whole numbers from 1 to 10000")
+    for key, (takes, valid) in GRID_FIELDS.items():
+        if not valid(grid[key]):
+            raise UsageError(f"grid {path}: {key} must be {takes}, got {json.dumps(grid[key])[:80]}")
     if unknown_tracks := [t for t in grid["tracks"] if t not in TRACKS]:
         raise UsageError(f"grid {path}: unknown tracks {', '.join(unknown_tracks)}; choose from {', '.join(TRACKS)}")
     if grid["neighbouring"] not in (None, *NEIGHBOURING):
