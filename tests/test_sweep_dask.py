@@ -99,6 +99,7 @@ def test_a_killed_worker_loses_no_cell_and_duplicates_no_run(cluster, tmp_path, 
     finally:
         torch.set_num_threads(threads)
     alone = {(identity(r), r["seed"]): (r["metrics"], r["epsilon"]) for r in store.load()}
+    assert {(identity(r), r["seed"]): (r["metrics"], r["epsilon"]) for r in distributed_runs} == alone
 
 
 def test_the_workers_load_the_plugin_folders_of_the_sweep(cluster, tmp_path, monkeypatch):
@@ -113,4 +114,3 @@ def test_the_workers_load_the_plugin_folders_of_the_sweep(cluster, tmp_path, mon
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "2 ran, 0 already stored, 0 refused"
     assert {(r["method"], r["seed"]) for r in store.load()} == {("dp_nesterov", 0), ("dp_nesterov", 1)}
-    assert {(identity(r), r["seed"]): (r["metrics"], r["epsilon"]) for r in distributed_runs} == alone
