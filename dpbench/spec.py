@@ -60,7 +60,9 @@ class RunSpec:
     append_to_store: bool = True  # False for tuning trials: only the selected trial is released
     #: The record's ``tuning`` (e.g. the validation track's selection, ``dpbench.tuning.validation``); None: untuned.
     tuning: dict[str, Any] | None = None
-    isolate: bool = False  # run the method in a process of its own (dpbench.run.isolation); the record's "isolation"
+    #: Run the method in a process of its own (dpbench.run.isolation); the record's "isolation". Its gradient noise is
+    #: keyed by a secret, never written (the record's "noise_coins": "secret").
+    isolate: bool = False
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:

@@ -1,6 +1,8 @@
-"""Isolated methods (dpbench/run/isolation.py): the method's process cannot reach the training data, computes what the
-in-process method computes, and the board marks plugins by how they ran (issue 31, item 3)."""
+"""Isolated methods (dpbench/run/isolation.py): the method's process cannot reach the training data nor the noise,
+computes what the in-process method computes, and the board marks plugins by how they ran (issue 31, item 3)."""
+import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -9,7 +11,8 @@ import pytest
 from dpbench.board import leaderboard
 from dpbench.errors import UsageError
 from dpbench.results import store
-from dpbench.run import engine
+from dpbench.privacy import streams
+from dpbench.run import engine, isolation
 from dpbench.spec import RunSpec
 
 CHEATERS = str(Path(__file__).parent / "cheaters")
@@ -19,8 +22,23 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 def run(method, task="breast_cancer", isolate=False, plugins=(CHEATERS,), **changes):
     changes.setdefault("overrides", {"epochs": 5})
     spec = RunSpec(method=method, task=task, epsilon=changes.pop("epsilon", 0.05), plugins=list(plugins),
-                          progress_bar=False, no_wandb=True, isolate=isolate, **changes)
+                   progress_bar=False, no_wandb=True, isolate=isolate, **changes)
     return engine.run(spec)
+
+
+def cli_run(*args: str) -> dict:
+    """The record of ``dpbench run ARGS --json`` run as a command of its own: its arguments, the seed among them,
+    are on its command line, as when a user types it."""
+    result = subprocess.run([str(Path(sys.executable).parent / "dpbench"), "run", *args, "--no-wandb", "--json"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+def same_noise_as_in_process(monkeypatch):
+    """An isolated run's noise has a secret key (``streams.secret_seed``): fixed here to the run's seed (0), so that
+    the isolated and in-process runs draw the same noise and can be compared bit for bit."""
+    monkeypatch.setattr(streams, "secret_seed", lambda: 0)
 
 
 def board_labels():
@@ -28,7 +46,8 @@ def board_labels():
     return [label for table in leaderboard._tables(store.load(kind=None)) for label in table.row_labels().values()]
 
 
-def test_the_evader_cheats_in_process_and_only_runs_dp_sgd_isolated():
+def test_the_evader_cheats_in_process_and_only_runs_dp_sgd_isolated(monkeypatch):
+    same_noise_as_in_process(monkeypatch)
     honest = run("dpsgd")
     cheating = run("cheat_audit_evader")
     isolated = run("cheat_audit_evader", isolate=True)
@@ -60,7 +79,8 @@ def test_the_board_never_certifies_an_in_process_plugin(mirror):
     ("ada_dp", "digits", {"epochs": 1}),  # two releases per step, the second at θ½
     ("dpadam_bc", "digits", {"epochs": 1}),  # the mechanism's facts (bias correction)
 ])
-def test_built_in_methods_compute_the_same_isolated(method_name, task, overrides):
+def test_built_in_methods_compute_the_same_isolated(method_name, task, overrides, monkeypatch):
+    same_noise_as_in_process(monkeypatch)
     spec = dict(epsilon=1.0, overrides=overrides, plugins=())
     inside, outside = run(method_name, task, **spec), run(method_name, task, isolate=True, **spec)
     assert inside["metrics"] == outside["metrics"] and inside["hyperparameters"] == outside["hyperparameters"]
@@ -110,3 +130,61 @@ def test_a_plugin_naming_its_module_as_a_built_ins_is_still_an_external_plugin(t
         '    description = "DP-SGD calling itself built-in (test plugin)"\n')
     method = isolation.describe("sneaky", [tmp_path])
     assert method.code["external"] is True and isolation.code_of(method)["external"] is True
+
+
+# ---- the noise and the seed (issue 31, item 3: the review's attacks on --isolate) -------------------------------
+
+def test_the_noise_subtractor_gains_nothing_isolated():
+    """The review's attack (tests/cheaters/noise_subtractor.py): the seed on the command line gave away the noise,
+    which the method subtracted. In process it still does (an in-process plugin is unverified anyway: the attack is
+    the right one); isolated the noise has a secret key, so subtracting the seed's noise only adds noise."""
+    honest = run("dpsgd", "digits", seed=5, overrides={})["metrics"]["test_accuracy"]
+    args = ["--method", "cheat_noise_subtractor", "--task", "digits", "--epsilon", "0.05", "--seed", "5",
+            "--plugins", CHEATERS]
+    in_process, isolated = cli_run(*args), cli_run(*args, "--isolate")
+    assert in_process["metrics"]["test_accuracy"] > honest + 0.4  # 0.82 against 0.17
+    assert isolated["metrics"]["test_accuracy"] < honest + 0.1  # before the secret key: 0.82 too
+    assert (in_process["isolation"], isolated["isolation"]) == ("in-process", "process")
+    assert isolated["noise_coins"] == "secret" and "noise_coins" not in in_process
+
+
+def test_isolated_noise_has_a_secret_key_written_nowhere(monkeypatch, isolated_home, capsys):
+    """Two isolated runs of one seed draw other noise (the in-process run's is the seed's), and their noise's key is
+    in no record, log, W&B file or store."""
+    from dpbench.cli import main
+    from tests.test_cli import revealing, written
+    from tests.test_wandb import logged
+
+    drawn, draw = [], streams.secret_seed
+    monkeypatch.setattr(streams, "secret_seed", lambda: drawn.append(draw()) or drawn[-1])
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    args = ["run", "--method", "dpsgd", "--task", "digits", "--epsilon", "1", "--epochs", "2", "--json"]
+    outputs = []
+    for extra in (["--isolate", "--wandb-project", "dpbench-tests"], ["--isolate", "--no-wandb"], ["--no-wandb"]):
+        assert main([*args, *extra]) == 0
+        outputs.append(capsys.readouterr())
+    first, second, in_process = (json.loads(out) for out, _ in outputs)
+    assert len(set(drawn)) == 2 and first["noise_coins"] == second["noise_coins"] == "secret"
+    assert first["seed"] == second["seed"] == in_process["seed"] == 0 and "noise_coins" not in in_process
+    assert len({json.dumps(r["metrics"]) for r in (first, second, in_process)}) == 3
+    config, _, summary = logged(isolated_home)
+    assert config["noise_coins"] == "secret" and json.loads(summary["dpbench_record"]) == first
+    hidden = revealing(drawn)
+    for text in [log for _, log in outputs] + [json.dumps([first, second, config, summary])]:
+        assert not [value for value in hidden if value in text]
+    for path, data in written(isolated_home).items():
+        assert not [value for value in hidden if value.encode() in data], path
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--checkpoint-dir", "ck"], "--isolate keeps no checkpoints"),
+    (["--resume", "ck"], "--isolate keeps no checkpoints"),
+    (["--devices", "2"], "--isolate runs the method beside one training process"),
+])
+def test_isolate_refuses_what_would_need_the_noise_key(refused, tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    described = []
+    monkeypatch.setattr(isolation, "describe", lambda *args: described.append(args))  # refused before it runs
+    assert message in refused("run", "--method", "cheat_audit_evader", "--plugins", CHEATERS, "--task", "digits",
+                              "--isolate", *args)
+    assert not described and not (tmp_path / "ck").exists()

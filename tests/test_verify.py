@@ -334,6 +334,19 @@ def test_a_secret_seed_is_checked_but_not_rerun(tmp_path, genuine, capsys):
     assert "implies" in problems_of(tmp_path, cut)[0]
 
 
+def test_secret_noise_coins_are_checked_but_not_rerun(tmp_path, genuine, capsys):
+    """An isolated run's noise had a key that was never written (dpbench/isolation.py): no rerun reproduces its
+    metrics, so none is claimed; its ε and counts are still recomputed."""
+    isolated = records.seal({**genuine[0]["dpsgd"], "noise_coins": "secret"})
+    assert verify.verify(write(tmp_path, isolated), rerun_count=1) == (1, [])
+    assert capsys.readouterr().err == (f"1 isolated run record(s) with secret noise coins (e.g. {isolated['run_id']}): "
+                                       f"their ε and counts are recomputed, but no rerun can reproduce their metrics, "
+                                       f"so none is compared\n")
+    cut = restated(isolated, gradient_evaluations=isolated["gradient_evaluations"] // 10,
+                   steps=isolated["steps"] // 10)
+    assert "implies" in problems_of(tmp_path, cut)[0]
+
+
 def test_rerun_compares_the_whole_record(tmp_path, genuine):
     """A record stating more ε than recomputed passes the check (conservative), but not a rerun: the rerun's ε is
     the engine's."""

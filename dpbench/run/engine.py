@@ -82,6 +82,18 @@ def _check_secret_seed(spec: RunSpec) -> None:
         raise UsageError("--secret-seed trains in one process: each of --devices N would draw its own seed")
 
 
+def _check_isolation(spec: RunSpec) -> None:
+    """An isolated run's noise has a secret key that is never written (:mod:`dpbench.isolation`): nothing can resume
+    it; and its method runs beside one training process. Checked before a plugin's describing process starts."""
+    if not spec.isolate:
+        return
+    if spec.checkpoint_dir or spec.resume:
+        raise UsageError("--isolate keeps no checkpoints: its noise has a secret key, never written, which resuming "
+                         "would need")
+    if spec.devices != 1:
+        raise UsageError("--isolate runs the method beside one training process: it takes no --devices")
+
+
 def _check_budget(spec: RunSpec, method: type[Method]) -> None:
     check_seed(spec.seed)
     if not method.private:
@@ -185,10 +197,8 @@ def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = 
         raise UsageError(f"unknown noise sampler {spec.noise!r}; choose one of {', '.join(NOISE)}")
     sampler_name = spec.sampler or method.default_sampler
     _check_devices(spec, method, sampler_name)
-    if spec.isolate and (spec.devices > 1 or spec.checkpoint_dir):
-        raise UsageError("--isolate runs one process's method in a process of its own: it does not support "
-                         "--devices above 1 or checkpoints")
     if sampler_name not in SAMPLERS:
+    _check_isolation(spec)
         raise UsageError(f"unknown sampler {sampler_name!r}; choose one of {', '.join(SAMPLERS)}")
     if method.full_batch and "batch_size" in spec.overrides:
         raise UsageError(f"{method.name} uses full batches: it takes no batch size")
@@ -310,6 +320,7 @@ def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, w
             target = record["epsilon_target"]
             if target is not None and spent > target * (1 + 1e-9):
                 raise guards.PrivacyCheckFailed(f"spent epsilon {spent} exceeds the target {target}: "
+        **({"noise_coins": "secret"} if spec.isolate and method.private else {}),  # PrivateTraining.noise_seed
                                                 f"calibration failed")
     except BaseException:
         if wandb_run is not None:
@@ -364,6 +375,7 @@ def run(spec: RunSpec, task_class: type[Task] | None = None,
                                                                 spec.checkpoint_every)
         if finished is not None:  # it ended before: its record, which may not have reached the store
             if spec.append_to_store:
+    _check_isolation(spec)
                 store.append(finished, spec.store_path)
             return finished
     elif spec.resume:

@@ -22,14 +22,20 @@ In one Python process a method can always reach the data (closures, ``gc``, stac
   answers ``released``; the child ends the step with its final values and ``done``;
 * a per-example transform runs beside the data, so in isolated mode it can only be data: the identity or a
   ``CoordinateAffine`` (AdaCliP's (g − m)/b), copied by the parent before use; a transform that is code is refused;
+* the method sees every release and may know the run's seed (it is on the parent's command line, which
+  ``/proc/<pid>/cmdline`` shows to every user): the gradient noise of an isolated run is keyed by a secret the
+  parent draws from the OS's entropy and never writes (:class:`~dpbench.training.PrivateTraining`; the record says
+  ``"noise_coins": "secret"``), so subtracting the seed's noise gains nothing (``tests/cheaters/noise_subtractor.py``);
+  the sampler's and the initial weights' coins stay the seed's;
 * the engine's hyperparameters (``epochs``, ``batch_size``, ``clip``) are the parent's: a child that changes them
   in ``hp`` is refused; the method's own keys come back for the record (ADADP writes its parsed ``tol``).
 
 Limits, said plainly: the child is a process, not a sandbox: it can read files, including a dataset's files on
 disk, so "isolated" means the method never shared memory with the run's training data (nor saw which rows, or
-which audit canaries, it holds), not that it cannot read public files. Tasks from plugin folders, checkpoints,
-several devices and batched seeds are not supported with ``--isolate``. Records are as trustworthy as the store
-they come from.
+which audit canaries, it holds), not that it cannot read public files; it runs as the same user, so where the
+operating system lets a user's processes read each other's memory it can read the noise's key. The noise
+samplers are not cryptographic generators (a 64-bit key). Tasks from plugin folders, checkpoints, several devices
+and batched seeds are not supported with ``--isolate``. Records are as trustworthy as the store they come from.
 """
 from __future__ import annotations
 

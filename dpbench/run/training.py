@@ -63,6 +63,9 @@ class PrivateTraining(pl.LightningModule):
         super().__init__()
         self.task, self.method_class, self.hp = task, method, hp
         self.noise_multiplier, self.expected_batch_size, self.seed = noise_multiplier, expected_batch_size, seed
+        # Isolated, the method sees every release and may know the public seed (it is on the command line): the
+        # noise is then keyed by a secret of this process's, never written (dpbench.isolation).
+        self.noise_seed = streams.secret_seed() if isolate and method.private else seed
         self.noise_sampler = noise
         self.mechanism = GradientMechanism(noise_multiplier, hp.get("clip", math.inf), expected_batch_size,
                                            steps_per_epoch)
@@ -94,7 +97,7 @@ class PrivateTraining(pl.LightningModule):
 
     def on_fit_start(self):
         self.rank, self.world = distributed.world()
-        self.noise = GaussianNoise(self.seed, self.device, self.noise_sampler)
+        self.noise = GaussianNoise(self.noise_seed, self.device, self.noise_sampler)
         streams.seed_globals(self.seed, "training")  # dropout and other unasked draws during training
 
     def on_train_epoch_start(self):

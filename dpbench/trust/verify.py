@@ -38,10 +38,11 @@ without its tuning seed are checked like any other.
 With ``--rerun K``, K records drawn at random (seed ``--seed``) among those that can be rerun (untuned runs with
 their seed; not audits) are trained again with one torch thread through ``dpbench.run.engine.RunSpec`` built from their
 fields, and the rerun's whole record must equal theirs (ε, δ, σ, q, counts, steps, hyperparameters, metrics, ...:
-all but :data:`UNCOMPARED`), ε within the accountant's error. A file's records with a secret seed are counted in
-one line on stderr: they cannot be rerun. Records trained as a batch of seeds (``clipping: multiseed``) are rerun as
-that batch, which must be in the file (the seeds of the same identity); floating-point summation differs between
-a batch and a single run.
+all but :data:`UNCOMPARED`), ε within the accountant's error. A file's records with a secret seed, and its isolated
+runs' records (``"noise_coins": "secret"``: their noise had a key never written, :mod:`dpbench.isolation`), are
+counted in a line on stderr each: their ε and counts are checked, but no rerun can reproduce their metrics.
+Records trained as a batch of seeds (``clipping: multiseed``) are rerun as that batch, which must be in the file
+(the seeds of the same identity); floating-point summation differs between a batch and a single run.
 """
 from __future__ import annotations
 
@@ -575,15 +576,20 @@ def _seeded(record: dict[str, Any]) -> bool:
 
 def rerun(records: list[dict[str, Any]], count: int, seed: int = 0) -> list[str]:
     """Rerun ``count`` random rerunnable records; where each rerun's whole record differs from the recorded one
-    (:func:`_differences`). Records with a secret seed cannot be: one line on stderr says how many."""
+    (:func:`_differences`). Records with a secret seed or secret noise coins cannot be: a line on stderr each says
+    how many."""
     from dpbench.run import engine, multiseed
 
     runs = [r for r in records if r.get("kind", "run") == "run" and r.get("tuning") is None]
-    candidates = [r for r in runs if _seeded(r)]
-    if len(candidates) < len(runs):
-        secret = [r for r in runs if not _seeded(r)]
+    secret = [r for r in runs if not _seeded(r)]
+    if secret:
         print(f"{len(secret)} record(s) with a secret seed (e.g. {secret[0]['run_id']}): their ε is recomputed, but "
               f"they cannot be rerun", file=sys.stderr)
+    noisy = [r for r in runs if _seeded(r) and r.get("noise_coins") == "secret"]
+    if noisy:
+        print(f"{len(noisy)} isolated run record(s) with secret noise coins (e.g. {noisy[0]['run_id']}): their ε and "
+              f"counts are recomputed, but no rerun can reproduce their metrics, so none is compared", file=sys.stderr)
+    candidates = [r for r in runs if _seeded(r) and r.get("noise_coins") != "secret"]
     chosen = random.Random(seed).sample(candidates, min(count, len(candidates)))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
