@@ -1,6 +1,7 @@
 """Isolated methods (dpbench/run/isolation.py): the method's process cannot reach the training data nor the noise,
 computes what the in-process method computes, and the board marks plugins by how they ran (issue 31, item 3)."""
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -26,11 +27,11 @@ def run(method, task="breast_cancer", isolate=False, plugins=(CHEATERS,), **chan
     return engine.run(spec)
 
 
-def cli_run(*args: str) -> dict:
-    """The record of ``dpbench run ARGS --json`` run as a command of its own: its arguments, the seed among them,
-    are on its command line, as when a user types it."""
-    result = subprocess.run([str(Path(sys.executable).parent / "dpbench"), "run", *args, "--no-wandb", "--json"],
-                            capture_output=True, text=True)
+def cli_run(*args: str, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()) -> dict:
+    """The record of ``dpbench run ARGS --json`` run as a command of its own (after ``prefix``): its arguments, the
+    seed among them, are on its command line, as when a user types it."""
+    result = subprocess.run([*prefix, str(Path(sys.executable).parent / "dpbench"), "run", *args, "--no-wandb",
+                             "--json"], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)
 
@@ -132,7 +133,7 @@ def test_a_plugin_naming_its_module_as_a_built_ins_is_still_an_external_plugin(t
     assert method.code["external"] is True and isolation.code_of(method)["external"] is True
 
 
-# ---- the noise and the seed (issue 31, item 3: the review's attacks on --isolate) -------------------------------
+# ---- the noise, the seed and the parent's memory (issue 31, item 3: the review's attacks on --isolate) ----------
 
 def test_the_noise_subtractor_gains_nothing_isolated():
     """The review's attack (tests/cheaters/noise_subtractor.py): the seed on the command line gave away the noise,
@@ -188,3 +189,45 @@ def test_isolate_refuses_what_would_need_the_noise_key(refused, tmp_path, monkey
     assert message in refused("run", "--method", "cheat_audit_evader", "--plugins", CHEATERS, "--task", "digits",
                               "--isolate", *args)
     assert not described and not (tmp_path / "ck").exists()
+
+
+PROBE = """
+import os
+import sys
+
+from dpbench.methods.dpsgd import DPSGD
+
+
+def opens(name):
+    try:
+        open(f"/proc/{os.getppid()}/{name}", "rb").close()
+        return True
+    except PermissionError:
+        return False
+
+
+class Probe(DPSGD):
+    name = "probe"
+    description = "looks for the seed and the parent's memory (test plugin)"
+
+    def setup(self):
+        seen = [f"argv {sys.argv}" for word in sys.argv if "seed" in word or "1234567" in word]
+        seen += [f"environment {key}" for key in os.environ if key.startswith("DPBENCH_") or "SEED" in key]
+        # root without CAP_SYS_PTRACE still reads /proc/<pid>/environ (README: root is not covered)
+        seen += [name for name in ("mem", *(("environ",) if os.geteuid() else ())) if opens(name)]
+        if seen:
+            raise RuntimeError(f"saw {seen}")
+        super().setup()
+"""
+
+
+def test_an_isolated_process_sees_no_seed_and_cannot_open_the_parents_memory(tmp_path):
+    """Spawn handed the child the parent's sys.argv (the seed) and environment, and a process of the same user
+    with no more capabilities opens a dumpable process's /proc/<pid>/mem and environ. Root runs the command
+    without CAP_SYS_PTRACE (with it, root opens any process's memory, which the README says)."""
+    (tmp_path / "probe.py").write_text(PROBE)
+    env = {**os.environ, "PL_GLOBAL_SEED": "1234567"}
+    without = ("setpriv", "--bounding-set=-sys_ptrace") if os.geteuid() == 0 else ()
+    record = cli_run("--method", "probe", "--plugins", str(tmp_path), "--task", "digits", "--epochs", "1", "--seed",
+                     "1234567", "--isolate", env=env, prefix=without)
+    assert record["isolation"] == "process" and record["seed"] == 1234567

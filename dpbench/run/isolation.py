@@ -27,22 +27,31 @@ In one Python process a method can always reach the data (closures, ``gc``, stac
   parent draws from the OS's entropy and never writes (:class:`~dpbench.training.PrivateTraining`; the record says
   ``"noise_coins": "secret"``), so subtracting the seed's noise gains nothing (``tests/cheaters/noise_subtractor.py``);
   the sampler's and the initial weights' coins stay the seed's;
+* a child starts with the parent's program name for ``sys.argv`` and only :data:`KEPT_ENVIRONMENT` of its
+  environment (spawn would hand it both whole), and on Linux the parent makes itself non-dumpable before the first
+  child starts, for the rest of its life (a child may leave processes behind): a process of the same user without
+  ``CAP_SYS_PTRACE`` can then neither ptrace it nor read or write its memory or ``/proc/<pid>/environ``;
 * the engine's hyperparameters (``epochs``, ``batch_size``, ``clip``) are the parent's: a child that changes them
   in ``hp`` is refused; the method's own keys come back for the record (ADADP writes its parsed ``tol``).
 
-Limits, said plainly: the child is a process, not a sandbox: it can read files, including a dataset's files on
-disk, so "isolated" means the method never shared memory with the run's training data (nor saw which rows, or
-which audit canaries, it holds), not that it cannot read public files; it runs as the same user, so where the
-operating system lets a user's processes read each other's memory it can read the noise's key. The noise
-samplers are not cryptographic generators (a 64-bit key). Tasks from plugin folders, checkpoints, several devices
-and batched seeds are not supported with ``--isolate``. Records are as trustworthy as the store they come from.
+Limits, said plainly: the child is a process, not a sandbox (no seccomp, namespaces or other user): it can read
+files, including a dataset's files on disk, so "isolated" means the method never shared memory with the run's
+training data (nor saw which rows, or which audit canaries, it holds), not that it cannot read public files. A
+child running as root, or with ``CAP_SYS_PTRACE``, can read and write the parent's memory, the noise's key
+included. The noise samplers are not cryptographic generators (a 64-bit key). Tasks from plugin folders,
+checkpoints, several devices and batched seeds are not supported with ``--isolate``. Records are as trustworthy as
+the store they come from.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import hashlib
 import inspect
 import json
 import multiprocessing
+import os
+import sys
 import traceback
 import weakref
 from pathlib import Path
@@ -59,7 +68,46 @@ from dpbench.privacy.clipping import CoordinateAffine
 PUBLIC_ATTRIBUTES = ("name", "description", "paper", "defaults", "private", "full_batch", "releases_per_step",
                      "default_sampler", "clip_to_task_bound", "search_space")
 ENGINE_KEYS = ("epochs", "batch_size", "clip")
+#: What an isolated process keeps of the parent's environment: these names and those that start with
+#: :data:`KEPT_PREFIXES` (no DPBENCH_* settings, store URLs, W&B keys or seeds).
+KEPT_ENVIRONMENT = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH")
+KEPT_PREFIXES = ("LC_", "OMP_", "MKL_", "KMP_", "OPENBLAS_")
+PR_SET_DUMPABLE = 4  # linux/prctl.h
 _CONTEXT = multiprocessing.get_context("spawn")
+
+
+def _forbid_tracing() -> None:
+    """On Linux, make this process non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``) for the rest of its life: processes
+    of its user without ``CAP_SYS_PTRACE`` can then neither ptrace it nor open its ``/proc/<pid>/mem`` or
+    ``environ``."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+
+
+@contextlib.contextmanager
+def _bare_start():
+    """While a child starts: ``sys.argv`` cut to the program's name and ``os.environ`` to :data:`KEPT_ENVIRONMENT`
+    (spawn hands the child both), restored after. Other threads of this process see them cut meanwhile."""
+    argv, environment = sys.argv, dict(os.environ)
+    sys.argv = sys.argv[:1]
+    for key in environment:
+        if key not in KEPT_ENVIRONMENT and not key.startswith(KEPT_PREFIXES):
+            del os.environ[key]
+    try:
+        yield
+    finally:
+        sys.argv = argv
+        os.environ.update(environment)
+
+
+def _start(process) -> None:
+    """Start ``process`` (which will run plugin code) as the module docstring says: non-dumpable parent, bare
+    command line and environment."""
+    _forbid_tracing()
+    with _bare_start():
+        process.start()
 
 
 def _send(conn, message: dict[str, Any]) -> None:
@@ -97,7 +145,7 @@ def describe(name: str, folders: list[Path]) -> type[Method]:
     never imports the plugins' code)."""
     parent, child = _CONTEXT.Pipe()
     process = _CONTEXT.Process(target=_describe_child, args=(child, name, [str(f) for f in folders]), daemon=True)
-    process.start()
+    _start(process)
     child.close()
     try:
         reply = _receive(parent)
@@ -243,7 +291,7 @@ class IsolatedMethod:
             target=_serve, daemon=True,
             args=(child, method_class.name, list(getattr(method_class, "isolated_folders", ())), layout, buffers,
                   dict(hp), mechanism, torch.get_num_threads()))
-        self.process.start()
+        _start(self.process)
         child.close()
         self._finalizer = weakref.finalize(self, _stop, self.process, self.conn)
         reply = self._receive()
