@@ -175,6 +175,7 @@ def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = 
     """Check ``spec``, load the data, build the model under the seed, choose the sampler and calibrate σ (not with
     ``calibrate=False``: then the record's noise multiplier is None). ``task_class``: train this subclass of the
     registered task instead (``dpbench.trust.audit``'s task with canaries)."""
+    _check_isolation(spec)
     method, registered_task = registered(spec.method, spec.task, spec.plugins, spec.isolate)
     task_class = task_class or registered_task
     if issubclass(method, ReleaseMethod):
@@ -198,7 +199,6 @@ def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = 
     sampler_name = spec.sampler or method.default_sampler
     _check_devices(spec, method, sampler_name)
     if sampler_name not in SAMPLERS:
-    _check_isolation(spec)
         raise UsageError(f"unknown sampler {sampler_name!r}; choose one of {', '.join(SAMPLERS)}")
     if method.full_batch and "batch_size" in spec.overrides:
         raise UsageError(f"{method.name} uses full batches: it takes no batch size")
@@ -356,6 +356,7 @@ def run(spec: RunSpec, task_class: type[Task] | None = None,
     """Train one model as ``spec`` says, append its record to the results store and return it (None in the ranks
     other than 0 of a multi-process run). ``task_class`` (see :func:`plan`) and ``callbacks`` (Lightning callbacks
     that watch the training) are for ``dpbench.trust.audit``."""
+    _check_isolation(spec)
     method, registered_task = registered(spec.method, spec.task, spec.plugins, spec.isolate)
     if issubclass(method, ReleaseMethod):  # output/objective perturbation: noise and accounting in dpbench.release.mechanisms
         if spec.secret_seed:
@@ -375,7 +376,6 @@ def run(spec: RunSpec, task_class: type[Task] | None = None,
                                                                 spec.checkpoint_every)
         if finished is not None:  # it ended before: its record, which may not have reached the store
             if spec.append_to_store:
-    _check_isolation(spec)
                 store.append(finished, spec.store_path)
             return finished
     elif spec.resume:
