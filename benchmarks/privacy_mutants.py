@@ -44,7 +44,7 @@ class Mutant:
     file: str
     old: str
     new: str
-    first: str = ""  # the test file to run first (only the order: the rest of the privacy tests follow)
+    first: str = ""  # the test file (or test) to run first (only the order: the rest of the privacy tests follow)
 
 
 MUTANTS = [
@@ -372,6 +372,60 @@ MUTANTS = [
            "examples' gradients and some do not", "dpbench/run/multiseed.py",
            "    if any((t is not None) != affine for t in transforms):\n", "    if False:\n",
            first="tests/test_multiseed.py"),
+    # issue 31, item 3: the open attacks on --isolate (the noise's key, the child's view, the code hash, the transform)
+    Mutant("isolation-noise-seed-key", "isolation", "an isolated run's noise is keyed by the public seed again (a "
+           "method reading the seed from the command line subtracts it)", "dpbench/run/training.py",
+           "self.noise_seed = streams.secret_seed() if isolate and method.private else seed",
+           "self.noise_seed = seed",
+           first="tests/test_isolation.py::test_isolated_noise_has_a_secret_key_written_nowhere"),
+    Mutant("isolation-record-no-noise-coins", "isolation", "an isolated run's record does not say its noise coins "
+           "are secret", "dpbench/run/engine.py",
+           '        **({"noise_coins": "secret"} if spec.isolate and method.private else {}),  '
+           '# PrivateTraining.noise_seed\n',
+           "", first="tests/test_isolation.py::test_isolated_noise_has_a_secret_key_written_nowhere"),
+    Mutant("isolation-keeps-checkpoints", "isolation", "--isolate with checkpoints is not refused (a checkpoint "
+           "would hold the noise's key)", "dpbench/run/engine.py",
+           '    if spec.checkpoint_dir or spec.resume:\n        raise UsageError("--isolate keeps no checkpoints',
+           '    if False:\n        raise UsageError("--isolate keeps no checkpoints',
+           first="tests/test_isolation.py::test_isolate_refuses_what_would_need_the_noise_key"),
+    Mutant("verify-reruns-secret-noise", "verify", "--rerun compares the metrics of a record whose noise coins were "
+           "secret (no rerun can reproduce them)", "dpbench/trust/verify.py",
+           '    candidates = [r for r in runs if _seeded(r) and r.get("noise_coins") != "secret"]',
+           "    candidates = [r for r in runs if _seeded(r)]",
+           first="tests/test_verify.py::test_secret_noise_coins_are_checked_but_not_rerun"),
+    Mutant("isolation-child-argv", "isolation", "an isolated process gets the parent's sys.argv (the seed)",
+           "dpbench/run/isolation.py", "    sys.argv = sys.argv[:1]\n", "",
+           first="tests/test_isolation.py::test_an_isolated_process_sees_no_seed_and_cannot_open_the_parents_memory"),
+    Mutant("isolation-child-environment", "isolation", "an isolated process gets the parent's whole environment",
+           "dpbench/run/isolation.py", "            del os.environ[key]", "            pass",
+           first="tests/test_isolation.py::test_an_isolated_process_sees_no_seed_and_cannot_open_the_parents_memory"),
+    Mutant("isolation-dumpable", "isolation", "the training process stays dumpable: an isolated process of the same "
+           "user opens its /proc/<pid>/mem", "dpbench/run/isolation.py",
+           '    if sys.platform.startswith("linux"):\n        libc', "    if False:\n        libc",
+           first="tests/test_isolation.py::test_an_isolated_process_sees_no_seed_and_cannot_open_the_parents_memory"),
+    Mutant("isolation-foreign-file", "isolation", "an isolated method may name a file outside its plugin folders as "
+           "its class's", "dpbench/run/isolation.py", '    if facts["file"] not in files:\n', "    if False:\n",
+           first="tests/test_isolation.py::test_the_parent_hashes_the_plugin_folder_itself"),
+    Mutant("isolation-hash-named-file", "isolation", "an isolated method's code hash covers only the file its process "
+           "names, not its plugin folders", "dpbench/run/isolation.py", "    hashed = {**files, **{path:",
+           '    hashed = {facts["file"]: files[facts["file"]], **{path:',
+           first="tests/test_isolation.py::test_the_parent_hashes_the_plugin_folder_itself"),
+    Mutant("code-in-process-class-file", "isolation", "an in-process plugin's code hash covers its class's file, not "
+           "its folder (its isolated runs get another hash)", "dpbench/results/records.py",
+           "        if klass.__module__.startswith(PLUGIN_MODULES):\n            files.update(plugin_files([Path(path)"
+           ".parent]))\n        else:\n            files[path] = file_sha256(path)",
+           "        files[path] = file_sha256(path)",
+           first="tests/test_isolation.py::test_the_evader_cheats_in_process_and_only_runs_dp_sgd_isolated"),
+    Mutant("isolation-transform-unchecked", "isolation", "an isolated method's per-example transform is used "
+           "unchecked", "dpbench/run/isolation.py", "            transform.check()\n", "            pass\n",
+           first="tests/test_isolation.py::test_an_isolated_transform_that_is_not_finite_and_positive_is_refused"),
+    Mutant("affine-scale-sign", "isolation", "a zero or negative scale of a CoordinateAffine passes its check",
+           "dpbench/privacy/clipping.py", "        if not all(bool((t > 0).all()) for t in self.scale):", "        if False:",
+           first="tests/test_isolation.py::test_an_isolated_transform_that_is_not_finite_and_positive_is_refused"),
+    Mutant("affine-finite", "isolation", "an infinite or NaN shift or scale of a CoordinateAffine passes its check",
+           "dpbench/privacy/clipping.py",
+           "        if not all(bool(t.isfinite().all()) for t in [*self.shift, *self.scale]):", "        if False:",
+           first="tests/test_isolation.py::test_an_isolated_transform_that_is_not_finite_and_positive_is_refused"),
 ]
 
 

@@ -19,6 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+#: The prefix of the module names of plugin folders' files (``dpbench.registry`` imports them under it; the
+#: record's code hash reads every file of a plugin folder).
+PLUGIN_MODULES = "dpbench_plugin_"
+
 KINDS = {"method": ("dpbench.methods", "dpbench.methods", "dpbench.method.Method"),
          "task": ("dpbench.tasks", "dpbench.tasks", "dpbench.task.Task")}
 ROOTS = {root for _, _, root in KINDS.values()}

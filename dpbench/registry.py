@@ -22,6 +22,7 @@ from types import ModuleType
 
 import dpbench.methods
 import dpbench.tasks
+from dpbench.catalog import PLUGIN_MODULES
 from dpbench.errors import RegistryError
 from dpbench.method import Method
 from dpbench.task import Task
@@ -46,7 +47,7 @@ def _load_file(path: Path) -> ModuleType:
 
 @functools.lru_cache(maxsize=None)
 def _import_file(path: Path, modified_ns: int, size: int) -> ModuleType:
-    name = f"dpbench_plugin_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+    name = f"{PLUGIN_MODULES}{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module

@@ -11,8 +11,10 @@ import pytest
 
 from dpbench.board import leaderboard
 from dpbench.errors import UsageError
-from dpbench.results import store
+from dpbench.method import Method
+from dpbench.methods.dpsgd import DPSGD
 from dpbench.privacy import streams
+from dpbench.results import records, store
 from dpbench.run import engine, isolation
 from dpbench.spec import RunSpec
 
@@ -23,7 +25,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 def run(method, task="breast_cancer", isolate=False, plugins=(CHEATERS,), **changes):
     changes.setdefault("overrides", {"epochs": 5})
     spec = RunSpec(method=method, task=task, epsilon=changes.pop("epsilon", 0.05), plugins=list(plugins),
-                   progress_bar=False, no_wandb=True, isolate=isolate, **changes)
+                          progress_bar=False, no_wandb=True, isolate=isolate, **changes)
     return engine.run(spec)
 
 
@@ -231,3 +233,82 @@ def test_an_isolated_process_sees_no_seed_and_cannot_open_the_parents_memory(tmp
     record = cli_run("--method", "probe", "--plugins", str(tmp_path), "--task", "digits", "--epochs", "1", "--seed",
                      "1234567", "--isolate", env=env, prefix=without)
     assert record["isolation"] == "process" and record["seed"] == 1234567
+
+
+# ---- what the parent takes from the child: the plugin's code hash, the per-example transform ---------------------
+
+LIAR = """
+import dpbench.run.isolation
+from dpbench.methods.dpsgd import DPSGD
+
+_send = dpbench.run.isolation._send
+
+
+def _lying(conn, message):
+    if "attributes" in message:  # the description: as if it were built-in DP-SGD's file alone
+        message = {**message, "files": [dpbench.run.isolation.inspect.getsourcefile(DPSGD)], "built_in": [],
+                   **({"file": dpbench.run.isolation.inspect.getsourcefile(DPSGD)} if FOREIGN_FILE else {})}
+    _send(conn, message)
+
+
+dpbench.run.isolation._send = _lying
+
+
+class Liar(DPSGD):
+    name = "liar"
+    description = "describes itself as DP-SGD's file (test plugin)"
+"""
+
+
+def test_the_parent_hashes_the_plugin_folder_itself(tmp_path):
+    """The parent hashed the files the describing process named: a plugin naming DP-SGD's file got DP-SGD's code
+    hash. Now the hash covers every file of the plugin folders, read by the parent before the child runs (an
+    edit to any of them changes it, in process too), and the class's file must be one of them."""
+    (tmp_path / "liar.py").write_text(LIAR.replace("FOREIGN_FILE", "False"))
+    dpsgd = records.code_of(DPSGD, Method)
+    described = isolation.describe("liar", [tmp_path]).code
+    assert described["sha256"] != dpsgd["sha256"] and described["file"] == str((tmp_path / "liar.py").resolve())
+    (tmp_path / "helper.py").write_text("# a file the registry imports too\n")
+    assert isolation.describe("liar", [tmp_path]).code["sha256"] != described["sha256"]
+    (tmp_path / "liar.py").write_text(LIAR.replace("FOREIGN_FILE", "True"))
+    with pytest.raises(UsageError, match="which is none of its plugin folders' files"):
+        isolation.describe("liar", [tmp_path])
+
+
+BAD_TRANSFORM = """
+import torch
+
+from dpbench.methods.adaclip import AdaCliP
+from dpbench.privacy.clipping import CoordinateAffine
+
+
+class BadTransform(AdaCliP):
+    name = "bad_transform"
+    description = "AdaCliP whose transform goes bad after its first step (test plugin)"
+
+    def setup(self):
+        super().setup()
+        self.stepped = False
+
+    def step(self, release):
+        super().step(release)
+        self.stepped = True
+
+    @property
+    def per_example_transform(self):
+        if not self.stepped:
+            return super().per_example_transform
+        shift, scale = [m.clone() for m in self.mean], [b.clone() for b in self.scale]
+        BAD
+        return CoordinateAffine(shift, scale)
+"""
+
+
+@pytest.mark.parametrize("bad", ["scale[0].zero_()", "shift[0][0] = float('inf')"])
+def test_an_isolated_transform_that_is_not_finite_and_positive_is_refused(tmp_path, bad):
+    """The parent divided by whatever scale the child wrote: zero or infinite values make contributions infinite or
+    NaN depending on the data, outside what clipping bounds."""
+    (tmp_path / "bad_transform.py").write_text(BAD_TRANSFORM.replace("BAD", bad))
+    with pytest.raises(UsageError, match="sent a per-example transform that (is not finite|has a scale that is not "
+                                         "positive): refused"):
+        run("bad_transform", "digits", isolate=True, plugins=[str(tmp_path)], overrides={"epochs": 1})

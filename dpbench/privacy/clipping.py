@@ -32,6 +32,15 @@ class CoordinateAffine:
     def __call__(self, gradients: list[torch.Tensor]) -> list[torch.Tensor]:
         return [(g - m) / b for g, m, b in zip(gradients, self.shift, self.scale)]
 
+    def check(self) -> None:
+        """Raise ValueError unless every shift and scale is finite and every scale positive, as AdaCliP's: the
+        clippers divide by the scale, and a zero, infinite or NaN value makes contributions infinite or NaN
+        depending on the data, outside what clipping bounds."""
+        if not all(bool(t.isfinite().all()) for t in [*self.shift, *self.scale]):
+            raise ValueError("is not finite")
+        if not all(bool((t > 0).all()) for t in self.scale):
+            raise ValueError("has a scale that is not positive")
+
 
 Transform = Callable[[list[torch.Tensor]], list[torch.Tensor]] | CoordinateAffine
 

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from dpbench.catalog import PLUGIN_MODULES
 from dpbench.data.taskdata import TaskData
 from dpbench.results import store
 
@@ -61,7 +62,7 @@ def git_commit() -> str | None:
     return _GIT_COMMIT
 
 
-def _file_sha256(path: str) -> str:
+def file_sha256(path: str) -> str:
     stat = Path(path).stat()
     return _sha256_of(path, stat.st_mtime_ns, stat.st_size)
 
@@ -71,22 +72,37 @@ def _sha256_of(path: str, modified_ns: int, size: int) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def plugin_files(folders: list[Path]) -> dict[str, str]:
+    """{path: sha256} of every ``*.py`` file of plugin ``folders``: what ``dpbench.registry`` imports from them."""
+    return {str(path): file_sha256(str(path))
+            for folder in folders for path in sorted(p.resolve() for p in Path(folder).glob("*.py"))}
+
+
+def combined_sha256(files: dict[str, str]) -> str:
+    """One sha256 over {path: sha256} (the files' names and contents, in the order of their paths)."""
+    return hashlib.sha256("".join(f"{Path(p).name}:{h}\n" for p, h in sorted(files.items())).encode()).hexdigest()
+
+
 def code_of(cls: type, base: type) -> dict[str, Any]:
     """Which code a method or task class is: its file, whether it is an external plugin, and the sha256 over the
-    source files of every class between it and ``base`` (a plugin subclassing a built-in method covers both files).
-    Two records of different code never share a leaderboard cell."""
+    source files of every class between it and ``base`` (a plugin subclassing a built-in method covers both files;
+    a class from a plugin folder, every file of that folder, all of which the registry imported: as
+    ``dpbench.run.isolation`` hashes an isolated method). Two records of different code never share a leaderboard
+    cell."""
     files = {}
     for klass in cls.__mro__:
         if klass is base or not (isinstance(klass, type) and issubclass(klass, base)) or \
                 klass.__module__.startswith("dpbench.") and not klass.__module__.startswith(BUILTIN_PACKAGES):
             continue  # the engine's own base classes are covered by the ledger version and the git commit
         path = inspect.getsourcefile(klass)
-        files[path] = _file_sha256(path)
+        if klass.__module__.startswith(PLUGIN_MODULES):
+            files.update(plugin_files([Path(path).parent]))
+        else:
+            files[path] = file_sha256(path)
     own = inspect.getsourcefile(cls)
     external = not cls.__module__.startswith(BUILTIN_PACKAGES)
-    combined = hashlib.sha256("".join(f"{Path(p).name}:{h}\n" for p, h in sorted(files.items())).encode())
     return {"name": cls.name, "file": own if external else f"{cls.__module__.split('.')[1]}/{Path(own).name}",
-            "external": external, "sha256": combined.hexdigest()}
+            "external": external, "sha256": combined_sha256(files)}
 
 
 def majority_rate(data: TaskData) -> float | None:

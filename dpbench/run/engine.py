@@ -301,6 +301,7 @@ def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = 
         "data_releases": [release.description for release in data.private_releases],
         "data_release_events": [event_fields(release.event) for release in data.private_releases],
         "isolation": "process" if spec.isolate else "in-process",  # dpbench.run.isolation; the board's plugin marks
+        **({"noise_coins": "secret"} if spec.isolate and method.private else {}),  # PrivateTraining.noise_seed
     }
     record["code"]["method"] = isolation.code_of(method)
     return PlannedRun(spec, method, task, data, hp, sampler, steps_per_epoch, delta, data_releases, record, held_out)
@@ -320,7 +321,6 @@ def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, w
             target = record["epsilon_target"]
             if target is not None and spent > target * (1 + 1e-9):
                 raise guards.PrivacyCheckFailed(f"spent epsilon {spent} exceeds the target {target}: "
-        **({"noise_coins": "secret"} if spec.isolate and method.private else {}),  # PrivateTraining.noise_seed
                                                 f"calibration failed")
     except BaseException:
         if wandb_run is not None:

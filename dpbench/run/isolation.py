@@ -6,8 +6,9 @@ In one Python process a method can always reach the data (closures, ``gc``, stac
 
 * the parent process never imports the method's code: :func:`describe` loads the plugin folders in a spawned
   process and returns the method's public class attributes as JSON, from which the parent builds a stand-in class
-  (:func:`stand_in`) for planning and accounting; the record's ``code`` hashes the files the describing process
-  named, read by the parent;
+  (:func:`stand_in`) for planning and accounting; the record's ``code`` hashes every ``*.py`` file of the plugin
+  folders, read by the parent before any plugin code runs (the child names only its class's file, which must be
+  one of them, and the built-in methods it derives from, whose files the parent finds in dpbench);
 * :class:`IsolatedMethod` takes the method's place in :class:`~dpbench.run.training.PrivateTraining`. It starts the
   method in a process of the ``spawn`` start method (a fresh interpreter: nothing of the parent is inherited but
   the arguments it is given) and hands it only: the trainable parameters' shapes, dtypes and values, ``hp``, the
@@ -21,36 +22,40 @@ In one Python process a method can always reach the data (closures, ``gc``, stac
   only then copies the finished noisy gradient into the shared buffer (the child never sees the noise alone), and
   answers ``released``; the child ends the step with its final values and ``done``;
 * a per-example transform runs beside the data, so in isolated mode it can only be data: the identity or a
-  ``CoordinateAffine`` (AdaCliP's (g − m)/b), copied by the parent before use; a transform that is code is refused;
+  ``CoordinateAffine`` (AdaCliP's (g − m)/b), copied by the parent before use and refused unless finite with a
+  positive scale (its shapes are the parameters': the parent lays out the buffers); a transform that is code is
+  refused;
 * the method sees every release and may know the run's seed (it is on the parent's command line, which
   ``/proc/<pid>/cmdline`` shows to every user): the gradient noise of an isolated run is keyed by a secret the
-  parent draws from the OS's entropy and never writes (:class:`~dpbench.training.PrivateTraining`; the record says
+  parent draws from the OS's entropy and never writes (:class:`~dpbench.run.training.PrivateTraining`; the record says
   ``"noise_coins": "secret"``), so subtracting the seed's noise gains nothing (``tests/cheaters/noise_subtractor.py``);
   the sampler's and the initial weights' coins stay the seed's;
 * a child starts with the parent's program name for ``sys.argv`` and only :data:`KEPT_ENVIRONMENT` of its
   environment (spawn would hand it both whole), and on Linux the parent makes itself non-dumpable before the first
-  child starts, for the rest of its life (a child may leave processes behind): a process of the same user without
-  ``CAP_SYS_PTRACE`` can then neither ptrace it nor read or write its memory or ``/proc/<pid>/environ``;
+  child starts, for the rest of its life (a child may leave processes behind): a non-root process of the same user
+  can then neither ptrace it nor read or write its memory or ``/proc/<pid>/environ``;
 * the engine's hyperparameters (``epochs``, ``batch_size``, ``clip``) are the parent's: a child that changes them
   in ``hp`` is refused; the method's own keys come back for the record (ADADP writes its parsed ``tol``).
 
 Limits, said plainly: the child is a process, not a sandbox (no seccomp, namespaces or other user): it can read
 files, including a dataset's files on disk, so "isolated" means the method never shared memory with the run's
 training data (nor saw which rows, or which audit canaries, it holds), not that it cannot read public files. A
-child running as root, or with ``CAP_SYS_PTRACE``, can read and write the parent's memory, the noise's key
-included. The noise samplers are not cryptographic generators (a 64-bit key). Tasks from plugin folders,
-checkpoints, several devices and batched seeds are not supported with ``--isolate``. Records are as trustworthy as
-the store they come from.
+child with ``CAP_SYS_PTRACE`` (root has it) can read and write the parent's memory, the noise's key included;
+root without it still reads its environment. It can rewrite the plugin's files after the parent hashed them;
+code it imports from outside its folders and dpbench is not hashed. The noise samplers are not cryptographic
+generators (a 64-bit key). Tasks from plugin folders, checkpoints, several devices and batched seeds are not
+supported with ``--isolate``. Records are as trustworthy as the store they come from.
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import hashlib
+import importlib.util
 import inspect
 import json
 import multiprocessing
 import os
+import pkgutil
 import sys
 import traceback
 import weakref
@@ -59,15 +64,18 @@ from typing import Any
 
 import torch
 
+import dpbench.methods
 from dpbench import registry
 from dpbench.errors import UsageError
 from dpbench.method import GradientMechanism, Method, ReleaseMethod
 from dpbench.privacy.clipping import CoordinateAffine
+from dpbench.results import records
 
 #: The class attributes of a method that the engine reads (``dpbench.method.Method``).
 PUBLIC_ATTRIBUTES = ("name", "description", "paper", "defaults", "private", "full_batch", "releases_per_step",
                      "default_sampler", "clip_to_task_bound", "search_space")
 ENGINE_KEYS = ("epochs", "batch_size", "clip")
+BUILT_IN_METHODS = "dpbench.methods."  # the package of the built-in methods' modules
 #: What an isolated process keeps of the parent's environment: these names and those that start with
 #: :data:`KEPT_PREFIXES` (no DPBENCH_* settings, store URLs, W&B keys or seeds).
 KEPT_ENVIRONMENT = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH")
@@ -77,9 +85,8 @@ _CONTEXT = multiprocessing.get_context("spawn")
 
 
 def _forbid_tracing() -> None:
-    """On Linux, make this process non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``) for the rest of its life: processes
-    of its user without ``CAP_SYS_PTRACE`` can then neither ptrace it nor open its ``/proc/<pid>/mem`` or
-    ``environ``."""
+    """On Linux, make this process non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``) for the rest of its life: non-root
+    processes of its user can then neither ptrace it nor open its ``/proc/<pid>/mem`` or ``environ``."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
@@ -131,18 +138,19 @@ def _describe_child(conn, name: str, folders: list[str]) -> None:
         if issubclass(cls, ReleaseMethod):
             _send(conn, {"usage": f"{name} releases through dpbench.release.mechanisms: only gradient methods run isolated"})
             return
-        files = sorted({inspect.getsourcefile(klass) for klass in cls.__mro__
-                        if isinstance(klass, type) and issubclass(klass, Method) and klass is not Method})
+        built_in = sorted({klass.__module__ for klass in cls.__mro__ if isinstance(klass, type)
+                           and issubclass(klass, Method) and klass.__module__.startswith(BUILT_IN_METHODS)})
         _send(conn, {"attributes": {key: getattr(cls, key) for key in PUBLIC_ATTRIBUTES},
                      "transforms": cls.per_example_transform is not Method.per_example_transform,
-                     "file": inspect.getsourcefile(cls), "files": files})
+                     "file": inspect.getsourcefile(cls), "built_in": built_in})
     except Exception as error:  # noqa: BLE001 - reported to the parent, which raises it
         _send(conn, {"error": f"{type(error).__name__}: {error}"})
 
 
 def describe(name: str, folders: list[Path]) -> type[Method]:
     """The stand-in class of method ``name`` from the plugin ``folders``, loaded in a spawned process (the parent
-    never imports the plugins' code)."""
+    never imports the plugins' code; it hashes their files first)."""
+    files = records.plugin_files(folders)
     parent, child = _CONTEXT.Pipe()
     process = _CONTEXT.Process(target=_describe_child, args=(child, name, [str(f) for f in folders]), daemon=True)
     _start(process)
@@ -160,19 +168,33 @@ def describe(name: str, folders: list[Path]) -> type[Method]:
         raise UsageError(f"plugin method {name}: {reply['error']}")
     if reply["attributes"]["name"] != name:
         raise UsageError(f"plugin method {name}: its isolated process described {reply['attributes']['name']!r}")
-    return stand_in(reply, [str(f) for f in folders])
+    return stand_in(reply, [str(f) for f in folders], files)
 
 
-def stand_in(facts: dict[str, Any], folders: list[str]) -> type[Method]:
+def _built_in_files(modules: list[str]) -> list[str]:
+    """The source files of those of ``modules`` that are built-in methods' modules (found, not imported)."""
+    known = {BUILT_IN_METHODS + info.name for info in pkgutil.iter_modules(dpbench.methods.__path__)}
+    return [importlib.util.find_spec(module).origin for module in modules
+            if isinstance(module, str) and module in known]
+
+
+def stand_in(facts: dict[str, Any], folders: list[str], files: dict[str, str]) -> type[Method]:
     """A :class:`~dpbench.method.Method` subclass with the described method's public attributes, marked as isolated
-    (``isolated_folders``) and carrying its ``code`` for the record (hashed here, from the named files)."""
-    files = {path: hashlib.sha256(Path(path).read_bytes()).hexdigest() for path in facts["files"]}
-    combined = hashlib.sha256("".join(f"{Path(p).name}:{h}\n" for p, h in sorted(files.items())).encode())
+    (``isolated_folders``) and carrying its ``code`` for the record: the sha256 over ``files`` (the plugin folders'
+    files, :func:`dpbench.results.records.plugin_files`, hashed before the child ran) and the files of the built-in methods
+    it derives from, as :func:`dpbench.results.records.code_of` hashes the class in process. Whatever else the child names
+    is not hashed; a child that leaves a built-in out only drops that file (pinned by the record's ``git_commit``)
+    from the hash."""
+    name = facts["attributes"]["name"]
+    if facts["file"] not in files:
+        raise UsageError(f"plugin method {name}: its isolated process named {str(facts['file'])[:200]!r} as its "
+                         f"file, which is none of its plugin folders' files")
+    hashed = {**files, **{path: records.file_sha256(path) for path in _built_in_files(facts["built_in"])}}
     # Built-in methods never get here (dpbench.run.engine.registered): whatever the child says of its module's name (a
     # plugin can call itself dpbench.methods.x), a described method is an external plugin.
     attributes = dict(facts["attributes"], isolated_folders=tuple(folders),
-                      code={"name": facts["attributes"]["name"], "file": facts["file"], "external": True,
-                            "sha256": combined.hexdigest()})
+                      code={"name": name, "file": facts["file"], "external": True,
+                            "sha256": records.combined_sha256(hashed)})
     if facts["transforms"]:  # the engine checks for an override (fast clipping path, sparse inputs)
         attributes["per_example_transform"] = lambda self, gradients: gradients
     return type(f"Isolated_{facts['attributes']['name']}", (Method,), attributes)
@@ -180,8 +202,6 @@ def stand_in(facts: dict[str, Any], folders: list[str]) -> type[Method]:
 
 def code_of(method: type[Method]) -> dict[str, Any]:
     """The record's ``code`` of a method class: a stand-in's (hashed by :func:`stand_in`) or the class's own."""
-    from dpbench.results import records
-
     return method.code if hasattr(method, "isolated_folders") else records.code_of(method, Method)
 
 
@@ -317,10 +337,17 @@ class IsolatedMethod:
 
     @property
     def per_example_transform(self) -> CoordinateAffine | None:
-        """The child's current transform, copied (the child cannot change it while a release uses it)."""
-        if self.transform == "affine":
-            return CoordinateAffine([t.clone() for t in self.shift], [t.clone() for t in self.scale])
-        return None
+        """The child's current transform, copied (the child cannot change it while a release uses it) and checked
+        (:meth:`~dpbench.privacy.clipping.CoordinateAffine.check`; its shapes are the parameters', laid out here)."""
+        if self.transform != "affine":
+            return None
+        transform = CoordinateAffine([t.clone() for t in self.shift], [t.clone() for t in self.scale])
+        try:
+            transform.check()
+        except ValueError as error:
+            raise UsageError(f"{self.name}'s isolated process sent a per-example transform that {error}: refused") \
+                from None
+        return transform
 
     def _take(self, message: dict[str, Any]) -> None:
         if message.get("transform") not in ("identity", "affine"):
