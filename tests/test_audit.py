@@ -1,5 +1,5 @@
-"""The one-run audit (dpbench/trust/audit.py, dpbench/trust/canaries.py): its bound against JAX Privacy's, honest methods pass,
-planted defects and cheating plugins fail, the board's rule."""
+"""The one-run audit (dpbench/trust/audit.py, dpbench/trust/canaries.py): its bound against JAX Privacy's, a method cannot tell
+an audit from a run, honest methods pass, cheating plugins fail, the board's rule."""
 import json
 import math
 from pathlib import Path
@@ -11,10 +11,11 @@ from scipy import optimize, special, stats
 
 from dpbench import method
 from dpbench.cli import main
-from dpbench.privacy import clipping, ghost, sampling
 from dpbench.results import store
+from dpbench.run import engine
+from dpbench.spec import RunSpec
 from dpbench.trust import audit
-from dpbench.trust.canaries import Canaries, CanaryModel
+from dpbench.trust.canaries import Canaries
 
 CHEATERS = str(Path(__file__).parent / "cheaters")
 #: Short runs keep the suite fast; README's table (benchmarks/audit_table.py) uses the tasks' defaults.
@@ -91,46 +92,124 @@ def test_guesses_split_the_significance_over_the_grid_and_scores():
 
 # --- the canaries ---------------------------------------------------------------------------------------------
 
-def test_canaries_leave_the_real_examples_alone():
-    base = torch.nn.Linear(3, 2)
-    model = CanaryModel(base, 3, 4, 2)
-    x = torch.randn(5, 3)
-    assert torch.equal(model(torch.cat([x, torch.zeros(5, 4)], 1)), base(x))
-    canaries = Canaries(1000, seed=0)
-    assert 450 < int(canaries.included.sum()) < 550
-    assert torch.equal(canaries.included, Canaries(1000, seed=0).included)
-    assert not torch.equal(canaries.included, Canaries(1000, seed=1).included)
+def test_canaries_take_the_place_of_rows_and_change_nothing_else():
+    task, data = _task_and_data(x_train=torch.rand(40, 3), y_train=torch.arange(40) % 3, classes=3)
+    canaries = Canaries(20, seed=0)
+    audited = canaries.attach(task)
+    assert 5 < int(canaries.included.sum()) < 15
+    assert torch.equal(canaries.included, Canaries(20, seed=0).included)
+    assert not torch.equal(canaries.included, Canaries(20, seed=1).included)
+    others = torch.ones(40, dtype=torch.bool)
+    others[canaries.rows] = False
+    assert audited.x_train.shape == data.x_train.shape and len(set(canaries.rows.tolist())) == 20
+    assert torch.equal(audited.x_train[others], data.x_train[others])
+    assert torch.equal(audited.y_train[others], data.y_train[others])
+    assert torch.equal(audited.x_train[canaries.rows], canaries.inputs)
+    assert torch.allclose(canaries.inputs.norm(dim=1), data.x_train[canaries.rows].norm(dim=1))
+    assert torch.equal(audited.y_train[canaries.rows],
+                       torch.where(canaries.included, canaries.labels_in, canaries.labels_out))
+    assert (canaries.labels_in != canaries.labels_out).all()
+    assert (audited.data_id, audited.preprocessing, audited.x_test) == (data.data_id, data.preprocessing, data.x_test)
+    scores = torch.arange(20, dtype=torch.float64)
+    centred = canaries.centred(scores)
+    for group in canaries.groups.unique():
+        assert centred[canaries.groups == group].sum().abs() < 1e-9
 
 
-def test_the_audit_task_is_named_as_the_task():
-    """Issue 31: a plugin recognized the audit by its task's class name (``DigitsWithCanaries``)."""
-    from dpbench import registry
+PROBE = """
+import dataclasses, inspect, json, os
 
-    base = registry.tasks([])["digits"]
-    audited = Canaries(20, seed=0).task_class(base)
-    assert issubclass(audited, base) and audited is not base
-    assert (audited.__name__, audited.__qualname__, audited.__module__, audited.__doc__) == \
-        (base.__name__, base.__qualname__, base.__module__, base.__doc__)
+from dpbench import registry
+from dpbench.methods.dpgd import DPGD
+from dpbench.methods.dpsgd import DPSGD
 
 
-def run_audit(method_name, task, **changes):
+def seen(method, where):
+    frame = inspect.currentframe()
+    while not (hasattr(frame.f_locals.get("self"), "task") and frame.f_locals["self"].task.data is not None):
+        frame = frame.f_back
+    task = frame.f_locals["self"].task
+    view = {"where": where, "class": [type(task).__name__, type(task).__qualname__, type(task).__module__],
+            "registered": type(task) is registry.tasks([])[task.name],
+            "shapes": [list(p.shape) for p in method.params], "x_train": list(task.data.x_train.shape),
+            "x_test": list(task.data.x_test.shape), "data_id": task.data.data_id, "hp": method.hp,
+            "mechanism": dataclasses.asdict(method.mechanism)}
+    with open(os.environ["PROBE_OUT"], "a") as out:
+        out.write(json.dumps(view) + "\\n")
+
+
+class ProbeSGD(DPSGD):
+    name = "probe_dpsgd"
+
+    def setup(self):
+        super().setup()
+        seen(self, "setup")
+
+    def step(self, release):
+        seen(self, "step")
+        super().step(release)
+
+
+class ProbeGD(DPGD):
+    name = "probe_dpgd"
+
+    def setup(self):
+        super().setup()
+        seen(self, "setup")
+
+    def step(self, release):
+        seen(self, "step")
+        super().step(release)
+"""
+
+
+@pytest.mark.parametrize("probe", ["probe_dpsgd", "probe_dpgd"])
+def test_a_method_cannot_tell_an_audit_from_a_run(tmp_path, monkeypatch, probe):
+    """Issue 31: from inside ``setup`` and ``step``, the audited run of a task and an ordinary run of it (the same
+    request, replace-one neighbours) look the same: task class (name, qualified name, module, the registered class
+    itself), parameter shapes, rows (n and width), data id, hyperparameters (a full-batch method's batch is n) and
+    mechanism. Before, the audit's task was a subclass with a canary head on m extra input columns and n grew."""
+    (tmp_path / "probe.py").write_text(PROBE)
+    monkeypatch.setenv("PROBE_OUT", str(tmp_path / "seen.jsonl"))
+    overrides = {"epochs": 1}
+    engine.run(RunSpec(method=probe, task="digits", epsilon=1.0, neighbouring="replace-one",
+                              overrides=overrides, plugins=[str(tmp_path)], progress_bar=False, no_wandb=True,
+                              append_to_store=False))
+    ordinary = (tmp_path / "seen.jsonl").read_text().splitlines()
+    (tmp_path / "seen.jsonl").unlink()
+    audit.audit(audit.AuditSpec(method=probe, task="digits", epsilon=1.0, canaries=100, overrides=overrides,
+                                plugins=[str(tmp_path)]))
+    audited = (tmp_path / "seen.jsonl").read_text().splitlines()
+    assert len(ordinary) >= 2 and json.loads(ordinary[0])["registered"]  # setup and at least one step
+    assert audited == ordinary
+
+
+def run_audit(method_name, task, epsilon=1.0, **changes):
     changes.setdefault("overrides", {"epochs": EPOCHS[task]})
-    return audit.audit(audit.AuditSpec(method=method_name, task=task, epsilon=1.0, **changes))
+    return audit.audit(audit.AuditSpec(method=method_name, task=task, epsilon=epsilon, **changes))
+
+
+#: Where the audit catches the cheating plugins (ε lower bounds 1.5-1.9 white-box, 1.4-2.1 black-box, seed 0): the
+#: canaries share the softmax model's 650 parameters with the real rows, so 400 do better than 1000, and a claim of
+#: 1 is about as large as the bounds of training without any noise (README, "Auditing").
+CAUGHT = {"epsilon": 0.25, "canaries": 400}
 
 
 def test_canaries_are_ordinary_training_examples(mirror):
+    """The canaries take the places of rows: n, and so the plan, are the task's; the run is accounted under
+    replace-one neighbours (a coin replaces one example by another)."""
     record = run_audit("dpsgd", "digits")
-    included = int(Canaries(1000, 0).included.sum())
-    assert record["n_train"] == 1437 + included  # the included canaries are training rows
-    assert record["data_id"] == "digits+1000-audit-canaries"
-    # the ledger charged what ran, over the data with the canaries: the engine's own record of the run
-    assert record["gradient_evaluations"] == record["steps"] == 10 * round((1437 + included) / record["hyperparameters"]["batch_size"])
+    assert record["n_train"] == 1437 and record["neighbouring"] == "replace-one"
+    assert (record["data_id"], record["canary_design"]) == ("digits+1000-audit-canaries", audit.CANARY_DESIGN)
+    # the ledger charged what ran: the engine's own record of the run
+    batch = record["hyperparameters"]["batch_size"]
+    assert record["gradient_evaluations"] == record["steps"] == 10 * round(1437 / batch)
     assert record["epsilon_claimed"] <= 1.0
     assert record["code"]["task"]["file"] == "tasks/linear.py" and not record["code"]["method"]["external"]
     assert store.load() == [] and store.load(kind="audit") == [record]  # not a benchmark run
 
 
-# --- honest methods pass, planted defects fail -----------------------------------------------------------------
+# --- honest methods pass, cheating plugins fail ----------------------------------------------------------------
 
 @pytest.mark.parametrize("task", ["adult", "digits"])
 @pytest.mark.parametrize("method_name", METHODS)
@@ -145,64 +224,37 @@ def noise_divided_by_10(monkeypatch):
     monkeypatch.setattr(method.GradientMechanism, "mean_noise_std", property(lambda self: original.fget(self) / 10))
 
 
-@pytest.fixture
-def clipping_off(monkeypatch):
-    def unclipped(norms, max_norm, scale=1.0):
-        return torch.full_like(norms, scale)
-
-    monkeypatch.setattr(ghost, "clip_factors", unclipped)
-    monkeypatch.setattr(clipping, "clip_factors", unclipped)
-
-
-@pytest.fixture
-def epoch_replay(monkeypatch):
-    """The bug fixed on 22 November 2026: every epoch draws epoch 0's batches."""
-    monkeypatch.setattr(sampling.PoissonSampler, "set_epoch", lambda self, epoch: None)
-
-
-@pytest.mark.parametrize("defect", ["noise_divided_by_10", "clipping_off"])
-def test_planted_defects_fail_the_audit(mirror, request, defect):
-    request.getfixturevalue(defect)
-    record = run_audit("dpsgd", "digits")
-    assert not record["passed"] and record["epsilon_lower_bound"] > 1.0 >= record["epsilon_claimed"]
-
-
-@pytest.mark.parametrize("cheater", ["cheat_keep_gradients", "cheat_stack_walker"])
+@pytest.mark.parametrize("cheater", ["cheat_keep_gradients", "cheat_stack_walker", "cheat_audit_evader"])
 def test_cheating_plugins_fail_the_audit(mirror, cheater):
-    record = run_audit(cheater, "digits", plugins=[CHEATERS])
+    """``cheat_audit_evader`` took honest steps whenever it saw the audit's task until issue 31; now it finds no
+    tell and cheats under the audit too."""
+    record = run_audit(cheater, "digits", plugins=[CHEATERS], **CAUGHT)
     assert record["code"]["method"]["external"]
-    assert not record["passed"] and record["epsilon_lower_bound"] > 1.0 >= record["epsilon_claimed"]
+    assert not record["passed"] and record["epsilon_lower_bound"] > 1.0 > 0.25 >= record["epsilon_claimed"]
 
 
-def test_the_black_box_audit_passes_dpsgd_and_catches_noise_divided_by_10(mirror, request):
-    honest = run_audit("dpsgd", "digits", threat_model="black-box")
+def test_the_black_box_audit_passes_dpsgd_and_catches_a_cheater(mirror):
+    honest = run_audit("dpsgd", "digits", threat_model="black-box", **CAUGHT)
     assert honest["passed"] and {row["score"] for row in honest["guess_grid"]} == {"loss"}
-    request.getfixturevalue("noise_divided_by_10")
-    leaky = run_audit("dpsgd", "digits", threat_model="black-box")
-    assert not leaky["passed"] and leaky["epsilon_lower_bound"] > 1.0
+    cheating = run_audit("cheat_keep_gradients", "digits", threat_model="black-box", plugins=[CHEATERS], **CAUGHT)
+    assert not cheating["passed"] and cheating["epsilon_lower_bound"] > 1.0
 
 
-def test_epoch_replay_moves_the_bound_but_is_not_caught(mirror, monkeypatch):
-    """Measured, not a detection: with adult's default 10 epochs, batches replayed from epoch 0 make a canary's
-    inclusions repeat at the same positions, which the position-max score sees (its bound rises), but a canary
-    in one batch shifts that score by only about √10/σ = 1.9 noise units (σ = 1.68), too little for a bound above
-    the claimed ε = 1 from 1000 canaries (README, "Auditing")."""
-    honest = run_audit("dpsgd", "adult", overrides={})
-    monkeypatch.setattr(sampling.PoissonSampler, "set_epoch", lambda self, epoch: None)
-    replayed = run_audit("dpsgd", "adult", overrides={})
-
-    def position_max(record):
-        return max(row["epsilon_lower_bound"] for row in record["guess_grid"] if row["score"] == "position-max")
-
-    assert position_max(replayed) > position_max(honest)
-    assert replayed["passed"]
+def test_noise_divided_by_10_moves_the_bound_but_is_not_caught(mirror, noise_divided_by_10):
+    """Measured, not a detection (README, "Auditing"): with the canaries among the real rows, the real rows' and the
+    other canaries' gradients move the scores more than a tenth of the noise does. (The canaries on input columns
+    of their own caught it before issue 31, at 2.6.)"""
+    record = run_audit("dpsgd", "digits", **CAUGHT)
+    assert 0.1 < record["epsilon_lower_bound"] <= record["epsilon_claimed"]
 
 
 # --- the board's rule -----------------------------------------------------------------------------------------
 
-def fake_audit(sha, task, passed, threat_model="white-box", ledger_version=audit.records.LEDGER_VERSION):
+def fake_audit(sha, task, passed, threat_model="white-box", ledger_version=audit.records.LEDGER_VERSION,
+               design=audit.CANARY_DESIGN):
     return {"kind": "audit", "task": task, "passed": passed, "threat_model": threat_model,
-            "ledger_version": ledger_version, "code": {"method": {"sha256": sha, "external": True}}}
+            "ledger_version": ledger_version, "canary_design": design,
+            "code": {"method": {"sha256": sha, "external": True}}}
 
 
 def test_audit_status_and_the_board_mark():
@@ -222,8 +274,8 @@ def test_audit_status_and_the_board_mark():
 
 
 def test_a_cheating_plugin_stays_unaudited_until_audited_and_then_fails(mirror, capsys):
-    assert main(["audit", "--method", "cheat_keep_gradients", "--task", "digits", "--epsilon", "1",
-                 "--epochs", "10", "--plugins", CHEATERS, "--json"]) == 0
+    assert main(["audit", "--method", "cheat_keep_gradients", "--task", "digits", "--epsilon", "0.25",
+                 "--canaries", "400", "--epochs", "10", "--plugins", CHEATERS, "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert {"epsilon_claimed", "delta", "epsilon_lower_bound", "canaries", "guesses", "correct",
             "threat_model"} <= set(record)
@@ -258,12 +310,14 @@ def test_each_request_check_alone():
             check(**changes)
 
 
-def test_a_method_that_samples_shuffled_batches_is_refused(tmp_path):
+def test_a_method_that_samples_shuffled_batches_is_audited_under_them(tmp_path, mirror):
+    """Shuffled batches are accounted under replace-one neighbours, the relation a coin's flip is (before issue 31
+    the audit added or removed canaries and refused them)."""
     (tmp_path / "shuffled.py").write_text(
         "from dpbench.methods.dpsgd import DPSGD\n\n\nclass Shuffled(DPSGD):\n    name = 'dpsgd_shuffled'\n"
         "    description = 'DP-SGD on shuffled batches'\n    default_sampler = 'shuffle'\n")
-    with pytest.raises(audit.UsageError, match="add/remove-one"):
-        audit._check(audit.AuditSpec(method="dpsgd_shuffled", task="digits", plugins=[str(tmp_path)]))
+    record = run_audit("dpsgd_shuffled", "digits", canaries=100, plugins=[str(tmp_path)])
+    assert (record["sampler"], record["neighbouring"]) == ("shuffle", "replace-one") and record["passed"]
 
 
 @pytest.mark.parametrize("canaries, guesses, correct, delta, significance", [
@@ -291,6 +345,13 @@ def test_a_failed_audit_wins_over_a_later_pass():
     assert status == {("a", "digits"): "failed"}
 
 
+def test_a_pass_with_canaries_a_plugin_could_see_does_not_count():
+    """Issue 31: an audit of the design before (no ``canary_design``: canaries on input columns of their own, which
+    the evader saw) passed plugins that cheat otherwise; its failures still count."""
+    assert audit.audit_status([fake_audit("a", "digits", True, design=None)]) == {}
+    assert audit.audit_status([fake_audit("a", "digits", False, design=None)]) == {("a", "digits"): "failed"}
+
+
 def test_a_black_box_pass_alone_does_not_count():
     assert audit.audit_status([fake_audit("a", "digits", True, "black-box")]) == {}
     assert audit.audit_status([fake_audit("a", "digits", True)]) == {("a", "digits"): "passed"}
@@ -301,23 +362,25 @@ def _task_and_data(**changes):
 
     from dpbench.task import TaskData
 
-    fields = {"x_train": torch.rand(6, 3), "y_train": torch.tensor([0, 1, 0, 1, 0, 1]), "x_test": torch.rand(4, 3),
+    fields = {"x_train": torch.rand(30, 3), "y_train": torch.arange(30) % 2, "x_test": torch.rand(4, 3),
               "y_test": torch.tensor([0, 1, 1, 0]), "data_id": "toy", "preprocessing": "none"}
     classes = changes.pop("classes", 2)
     fields.update(changes)
-    return SimpleNamespace(name="toy", classes=classes, model=torch.nn.Linear(3, 1)), TaskData(**fields)
+    data = TaskData(**fields)
+    return SimpleNamespace(name="toy", classes=classes, model=torch.nn.Linear(3, 1), data=data), data
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"x_train": torch.rand(6, 3).to_sparse()}, "sparse"),
-    ({"x_train": torch.rand(6, 3, 1)}, "flat float inputs"),
-    ({"x_train": torch.randint(0, 5, (6, 3))}, "flat float inputs"),
+    ({"x_train": torch.rand(30, 3).to_sparse()}, "sparse"),
+    ({"x_train": torch.rand(30, 3, 1)}, "flat float inputs"),
+    ({"x_train": torch.randint(0, 5, (30, 3))}, "flat float inputs"),
     ({"classes": None}, "classification"),
-    ({"y_train": torch.rand(6)}, "classification"),
+    ({"y_train": torch.rand(30)}, "classification"),
+    ({"x_train": torch.rand(19, 3), "y_train": torch.arange(19) % 2}, "only 19 training rows"),
 ])
 def test_canaries_refuse_each_unsupported_task(changes, message):
-    task, data = _task_and_data()
-    assert Canaries(20, 0).attach(task, data).x_train.shape[1] == 3 + 20  # the consistent task
-    task, data = _task_and_data(**changes)
+    task, _ = _task_and_data()
+    assert Canaries(20, 0).attach(task).x_train.shape == (30, 3)  # the consistent task
+    task, _ = _task_and_data(**changes)
     with pytest.raises(audit.UsageError, match=message):
-        Canaries(20, 0).attach(task, data)
+        Canaries(20, 0).attach(task)

@@ -70,11 +70,12 @@ def test_the_board_never_certifies_an_in_process_plugin(mirror):
     run("cheat_audit_evader")
     run("cheat_audit_evader", isolate=True)
     record = audit.audit(audit.AuditSpec(method="cheat_audit_evader", task="breast_cancer", epsilon=0.05,
-                                         plugins=[CHEATERS]))
-    assert record["passed"]  # it evades the audit: honest steps whenever it sees the audit's task
+                                         canaries=200, plugins=[CHEATERS]))
+    # it cannot tell the audit's task from a run's (issue 31), so it cheats under the audit too, and is caught
+    assert not record["passed"] and record["epsilon_lower_bound"] > 0.05 >= record["epsilon_claimed"]
     labels = [label for label in board_labels() if label.startswith("cheat_audit_evader")]
-    assert sorted(labels) == ["cheat_audit_evader [external plugin, isolated, audit passed]",
-                              "cheat_audit_evader [external plugin, unverified: in-process plugin, audit passed]"]
+    assert sorted(labels) == ["cheat_audit_evader [external plugin, isolated, audit failed]",
+                              "cheat_audit_evader [external plugin, unverified: in-process plugin, audit failed]"]
 
 
 @pytest.mark.parametrize("method_name, task, overrides", [

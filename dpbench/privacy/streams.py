@@ -46,7 +46,7 @@ PURPOSES = {
     "validation-search": "the validation track's draws of configurations",
     "validation-trial": "a validation-track trial's run seed (index: trial number)",
     "audit-inclusion": "the audit's coin per canary: in the training data with probability 1/2 (dpbench.trust.audit)",
-    "audit-canaries": "the audit's canary labels (dpbench.trust.audit)",
+    "audit-canaries": "the audit's canary rows and their wrong labels (dpbench.trust.canaries)",
 }
 
 

@@ -171,13 +171,14 @@ def describe(spec: RunSpec) -> str:
     return identity(describe_record(spec))
 
 
-def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = None) -> PlannedRun:
+def plan(spec: RunSpec, calibrate: bool = True,
+         replace_rows: Callable[[Task], TaskData] | None = None) -> PlannedRun:
     """Check ``spec``, load the data, build the model under the seed, choose the sampler and calibrate σ (not with
-    ``calibrate=False``: then the record's noise multiplier is None). ``task_class``: train this subclass of the
-    registered task instead (``dpbench.trust.audit``'s task with canaries)."""
+    ``calibrate=False``: then the record's noise multiplier is None). ``replace_rows``: called with the prepared
+    task before anything reads its data, returns the data to train on instead (``dpbench.trust.audit``: as many rows,
+    some of them its canaries)."""
     _check_isolation(spec)
-    method, registered_task = registered(spec.method, spec.task, spec.plugins, spec.isolate)
-    task_class = task_class or registered_task
+    method, task_class = registered(spec.method, spec.task, spec.plugins, spec.isolate)
     if issubclass(method, ReleaseMethod):
         raise UsageError(f"{method.name} releases through dpbench.release, not by gradient steps")
     profiled = profile_settings(task_class, method.name, spec.profile)
@@ -223,6 +224,8 @@ def plan(spec: RunSpec, calibrate: bool = True, task_class: type[Task] | None = 
     threads.fit()  # one thread (or the user's count) before PyTorch does any work: dpbench/threads.py
     with stages.training_epochs(hp["epochs"]):  # the preparation's progress estimates the training too
         data = task.prepare(spec.seed)
+    if replace_rows is not None:
+        data = task.data = replace_rows(task)
     stated = task_class.min_train_examples
     if stated is not None and options == task_class.options and data.n_train < stated:
         raise RegistryError(f"task {task_class.name} states min_train_examples = {stated}, but its data has "
@@ -351,11 +354,11 @@ def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, w
     return record
 
 
-def run(spec: RunSpec, task_class: type[Task] | None = None,
+def run(spec: RunSpec, replace_rows: Callable[[Task], TaskData] | None = None,
         callbacks: tuple[pl.Callback, ...] = ()) -> dict[str, Any] | None:
     """Train one model as ``spec`` says, append its record to the results store and return it (None in the ranks
-    other than 0 of a multi-process run). ``task_class`` (see :func:`plan`) and ``callbacks`` (Lightning callbacks
-    that watch the training) are for ``dpbench.trust.audit``."""
+    other than 0 of a multi-process run). ``replace_rows`` (see :func:`plan`) and ``callbacks`` (Lightning
+    callbacks that watch the training) are for ``dpbench.trust.audit``."""
     _check_isolation(spec)
     method, registered_task = registered(spec.method, spec.task, spec.plugins, spec.isolate)
     if issubclass(method, ReleaseMethod):  # output/objective perturbation: noise and accounting in dpbench.release.mechanisms
@@ -368,7 +371,7 @@ def run(spec: RunSpec, task_class: type[Task] | None = None,
         from dpbench.run import checkpoint  # imported here: dpbench.run.checkpoint builds on this module
 
         checkpoint.check_folder(spec.checkpoint_dir)
-    planned = plan(spec, task_class=task_class)
+    planned = plan(spec, replace_rows=replace_rows)
     spec, data, hp = planned.spec, planned.data, planned.hp
     checkpoints, resume_from = None, None
     if spec.checkpoint_dir:

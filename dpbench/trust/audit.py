@@ -2,12 +2,14 @@
 (1) Training Run", NeurIPS 2023), and which plugins have passed one: evidence on the board, never a certificate (a
 plugin in the training process can behave otherwise under audit; ``dpbench.run.isolation``).
 
-The auditor (their Algorithm 1) draws m canaries (``dpbench.trust.canaries``), each in the training data independently
-with probability 1/2 (S_i = ±1), runs the real engine once on the data with the included canaries, scores every
-canary from what its threat model observes (white-box: the parameters after every step; black-box: the final
-model), guesses "in" for the k highest scores and "out" for the k lowest and abstains on the rest. With r = 2k
-guesses of which v are right, their main result (Theorem 3 of arXiv:2305.08846) bounds, for an (ε, δ)-DP
-training run (add/remove one canary),
+The auditor (their Algorithm 1) draws m canaries (``dpbench.trust.canaries``: mislabelled training rows), each in the
+training data independently with probability 1/2 (S_i = ±1; when out, its row keeps its own label), runs the real
+engine once, scores every canary from what its threat model observes (white-box: the parameters after every step;
+black-box: the final model), guesses "in" for the k highest scores and "out" for the k lowest and abstains on the
+rest. The theorem's hypothesis is that the run is (ε, δ)-DP as a function of S, i.e. when one S_i flips: here that
+replaces one training example by another, so the claim audited is the run's ε under replace-one neighbours, the
+relation the audit's run is calibrated and accounted under (the board's). With r = 2k guesses of which v are
+right, their main result (Theorem 3 of arXiv:2305.08846) bounds
 
     P[W ≥ v] ≤ f(v) + 2mδ · max_{i ∈ {1..v}} (f(v − i) − f(v)) / i,   f(u) = P[Binomial(r, e^ε/(1 + e^ε)) ≥ u],
 
@@ -17,16 +19,15 @@ runs over i ∈ [m] in the theorem; terms with i > v are no larger than i = v, w
 k+ and k− to the auditor; here k+ = k− = k is not chosen after seeing the scores: the bound is computed for every
 k of a grid fixed in advance and every score of the threat model, and the significance is split among them
 (Bonferroni), so the largest is a lower bound at the stated confidence. A run passes if the bound is at most the
-ε it claims (the ε the engine spent on the run with canaries, under add/remove neighbours).
+ε it claims.
 
 Readings and limits:
 
-* the canaries change n, so the run's n, q = B/n and steps per epoch depend (slightly) on how many canaries were
-  included; the engine treats n as public throughout, and the scores do not use it;
-* the audit runs the method's default sampler, which must be Poisson (add/remove): a run accounted under
-  replace-one neighbours makes no claim about including or excluding one canary;
-* a pass is not a proof: the bound of one run is far below the ε of a correct run, so only leaks much larger
-  than the claim are caught (planted defects: ``tests/test_audit.py``; the table in docs/auditing.md).
+* the run is an ordinary run of the task (same rows, n, model, hyperparameters and mechanism: the method's
+  sampler, replace-one neighbours); only the audit's record says it had canaries (``data_id``);
+* a pass is not a proof: the bound of one run is far below the ε of a correct run, and canaries among the real
+  examples are weaker than canaries on coordinates of their own, so only leaks much larger than the claim are
+  caught (planted defects: ``tests/test_audit.py``; the table in README.md).
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ from dpbench.results import records, store
 from dpbench.run import engine, isolation
 from dpbench.spec import RunSpec
 from dpbench.task import Task
-from dpbench.trust.canaries import CANARY_NORM, OBSERVERS, Canaries
+from dpbench.trust.canaries import OBSERVERS, Canaries
 from dpbench.trust.marks import plugin_mark
 
 assert tuple(OBSERVERS) == THREAT_MODELS
@@ -53,6 +54,9 @@ CONFIDENCE = 0.95
 #: significance is split among those with 2k ≤ m.
 GUESS_GRID = (5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 MAX_CANARIES = 100_000
+#: What the canaries are (``dpbench.trust.canaries``). A pass of another design does not count on the board: before
+#: issue 31 each canary had an input coordinate of its own, which a plugin could see and take honest steps on.
+CANARY_DESIGN = "mislabelled training rows"
 
 
 def p_value(canaries: int, guesses: int, correct: int, epsilon: float, delta: float) -> float:
@@ -137,9 +141,6 @@ def _check(spec: AuditSpec) -> tuple[type[Method], type[Task]]:
     if issubclass(method, ReleaseMethod) or not method.private:
         raise UsageError(f"{method.name} is not a private gradient method: the audit trains through the engine's "
                          f"noisy gradients")
-    if method.default_sampler != "poisson":
-        raise UsageError(f"{method.name} samples {method.default_sampler} batches, accounted under replace-one "
-                         f"neighbours: the audit needs add/remove-one (Poisson sampling)")
     return method, task
 
 
@@ -150,22 +151,23 @@ def audit(spec: AuditSpec) -> dict[str, Any]:
     canaries = Canaries(spec.canaries, spec.seed)
     observer = OBSERVERS[spec.threat_model](canaries)
     run_spec = RunSpec(method=spec.method, task=spec.task, epsilon=spec.epsilon, delta=spec.delta, seed=spec.seed,
-                       overrides=dict(spec.overrides), sampler="poisson", neighbouring="add-remove",
+                       overrides=dict(spec.overrides), neighbouring="replace-one",
                        plugins=list(spec.plugins), progress_bar=spec.progress_bar, no_wandb=True,
                        append_to_store=False, isolate=spec.isolate)
-    run = engine.run(run_spec, task_class=canaries.task_class(task), callbacks=(observer,))
+    run = engine.run(run_spec, replace_rows=canaries.attach, callbacks=(observer,))
     included = canaries.included.numpy()
     result = guess_and_bound({name: values.numpy() for name, values in observer.scores.items()}, included,
                              run["delta"])
     record = {
         "kind": "audit",
-        "task": run["task"], "method": run["method"], "data_id": run["data_id"], "seed": spec.seed,
+        "task": run["task"], "method": run["method"], "seed": spec.seed,
+        "data_id": f"{run['data_id']}+{spec.canaries}-audit-canaries", "canary_design": CANARY_DESIGN,
         "threat_model": spec.threat_model,
         "epsilon_claimed": run["epsilon"], "epsilon_target": run["epsilon_target"], "delta": run["delta"],
         **result,
         "passed": result["epsilon_lower_bound"] <= run["epsilon"],
         "confidence": CONFIDENCE,
-        "canaries": spec.canaries, "canary_norm": CANARY_NORM,
+        "canaries": spec.canaries,
         # the mechanism of the audited run, from which ``dpbench verify`` recomputes epsilon_claimed
         **{key: run[key] for key in ("neighbouring", "noise_multiplier", "sample_rate", "steps",
                                       "gradient_evaluations", "accountant", "sampler", "data_release_events",
@@ -182,16 +184,17 @@ def audit(spec: AuditSpec) -> dict[str, Any]:
 
 def _current_white_box(record: dict[str, Any]) -> bool:
     return (record.get("kind") == "audit" and record.get("threat_model") == "white-box"
-            and record.get("ledger_version") == records.LEDGER_VERSION)
+            and record.get("ledger_version") == records.LEDGER_VERSION
+            and record.get("canary_design") == CANARY_DESIGN)
 
 
 def audit_status(all_records: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
     """{(method code sha256, task): "passed" | "failed"} over the audit records among ``all_records``.
 
     The rule for the board: a cell of an external plugin (``record["code"]["method"]["external"]``) is
-    "unaudited" unless a white-box audit of the current ledger version, of the same method code hash, on the same
-    task, passed; a failed audit of that code and task (any threat model, current ledger version) marks it
-    "failed", whatever passed. Only white-box passes count: a black-box pass is weak evidence. An audit covers
+    "unaudited" unless a white-box audit of the current ledger version and canary design (:data:`CANARY_DESIGN`),
+    of the same method code hash, on the same task, passed; a failed audit of that code and task (any threat
+    model or design, current ledger version) marks it "failed", whatever passed. Only white-box passes count: a black-box pass is weak evidence. An audit covers
     the code it ran and its hyperparameters; a plugin that behaves otherwise under other settings is not caught.
     """
     status: dict[tuple[str, str], str] = {}
@@ -208,7 +211,7 @@ def audit_status(all_records: list[dict[str, Any]]) -> dict[tuple[str, str], str
 
 def board_mark(run: dict[str, Any], status: dict[tuple[str, str], str]) -> str | None:
     """What the board shows for a run's cell: None for a built-in method, else
-    :func:`plugin_mark` of its isolation and its audit status ("passed", "failed",
+    :func:`~dpbench.trust.marks.plugin_mark` of its isolation and its audit status ("passed", "failed",
     "unaudited"), the audit being evidence, never a certificate."""
     code = run.get("code", {}).get("method", {})
     if not code.get("external"):
