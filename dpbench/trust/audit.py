@@ -194,8 +194,9 @@ def audit_status(all_records: list[dict[str, Any]]) -> dict[tuple[str, str], str
     The rule for the board: a cell of an external plugin (``record["code"]["method"]["external"]``) is
     "unaudited" unless a white-box audit of the current ledger version and canary design (:data:`CANARY_DESIGN`),
     of the same method code hash, on the same task, passed; a failed audit of that code and task (any threat
-    model or design, current ledger version) marks it "failed", whatever passed. Only white-box passes count: a black-box pass is weak evidence. An audit covers
-    the code it ran and its hyperparameters; a plugin that behaves otherwise under other settings is not caught.
+    model or design, current ledger version) marks it "failed", whatever passed. Only white-box passes count: a
+    black-box pass is weak evidence. An audit covers the code it ran and its hyperparameters; a plugin that behaves
+    otherwise under other settings is not caught.
     """
     status: dict[tuple[str, str], str] = {}
     for record in all_records:
