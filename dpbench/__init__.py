@@ -1,10 +1,10 @@
 """dpbench: a benchmark and leaderboard harness for differentially private optimizers.
 
-The plugin contract is importable from here: ``from dpbench import Method, Task, apply_gradient`` (loaded on first
-use, so that ``dpbench --help`` does not import PyTorch). The subpackages, lowest first (each imports only those
-before it; ``tests/test_layout.py`` keeps it so): the base modules (``errors``, ``choices``, ``checks``, ``catalog``, ``threads``),
-``data``, ``privacy``, the contract (``method``, ``task``, ``spec``), ``results``, ``release``, the built-in
-``methods`` and ``tasks``, ``registry``, ``run``, ``federated``, ``tuning``, ``trust``, ``board``, and ``cli``.
+The plugin contract is importable from here: ``from dpbench import Method, Task, apply_gradient`` (loaded on first use,
+so that ``dpbench --help`` does not import PyTorch). The subpackages, lowest first (each imports only those before it;
+``tests/test_layout.py`` keeps it so): the base modules (``errors``, ``choices``, ``checks``, ``catalog``, ``threads``),
+``data``, ``privacy``, the contract (``method``, ``task``, ``spec``), ``results``, ``release``, the built-in ``methods``
+and ``tasks``, ``registry``, ``run``, ``federated``, ``tuning``, ``trust``, ``board``, and ``cli``.
 """
 from dpbench.run import allocator
 

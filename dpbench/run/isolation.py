@@ -181,10 +181,10 @@ def _built_in_files(modules: list[str]) -> list[str]:
 def stand_in(facts: dict[str, Any], folders: list[str], files: dict[str, str]) -> type[Method]:
     """A :class:`~dpbench.method.Method` subclass with the described method's public attributes, marked as isolated
     (``isolated_folders``) and carrying its ``code`` for the record: the sha256 over ``files`` (the plugin folders'
-    files, :func:`dpbench.results.records.plugin_files`, hashed before the child ran) and the files of the built-in methods
-    it derives from, as :func:`dpbench.results.records.code_of` hashes the class in process. Whatever else the child names
-    is not hashed; a child that leaves a built-in out only drops that file (pinned by the record's ``git_commit``)
-    from the hash."""
+    files, :func:`dpbench.results.records.plugin_files`, hashed before the child ran) and the files of the built-in
+    methods it derives from, as :func:`dpbench.results.records.code_of` hashes the class in process. Whatever else the
+    child names is not hashed; a child that leaves a built-in out only drops that file (pinned by the record's
+    ``git_commit``) from the hash."""
     name = facts["attributes"]["name"]
     if facts["file"] not in files:
         raise UsageError(f"plugin method {name}: its isolated process named {str(facts['file'])[:200]!r} as its "
