@@ -452,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
             return _refuse(UsageError("--store needs a URL (or a SQLite file's path)"))
         os.environ["DPBENCH_STORE"] = args.store  # read by dpbench.results.store here and in the sweep's worker processes
     if args.command in ("sweep", "leaderboard") and args.plugins:  # these read the registry's default folders
-        os.environ["DPBENCH_PLUGINS"] = os.pathsep.join(  # here and in the sweep's workers (dpbench/sweep.py)
+        os.environ["DPBENCH_PLUGINS"] = os.pathsep.join(  # here and in the sweep's workers (dpbench/board/sweep.py)
             [*os.environ.get("DPBENCH_PLUGINS", "").split(os.pathsep), *map(os.path.abspath, args.plugins)]).strip(
             os.pathsep)
     if args.command in TRAINING:

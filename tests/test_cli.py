@@ -79,7 +79,7 @@ def test_settings_reach_the_method(capsys):
 def test_a_rerun_of_the_same_settings_and_seed_is_a_numbered_record(capsys):
     """Issue 35, item 4: every run is a record of its own (its time, its train_seconds); reruns of one setting and
     seed are numbered, and the leaderboard counts the seed once. The same record appended again is skipped."""
-    from dpbench import leaderboard_model
+    from dpbench.board import model as board_model
 
     args = ["run", "--method", "dpsgd", "--task", "breast_cancer", "--epsilon", "1", "--epochs", "1", "--no-wandb"]
     assert main(args) == 0 and "\n  rerun" not in capsys.readouterr().out
@@ -94,7 +94,7 @@ def test_a_rerun_of_the_same_settings_and_seed_is_a_numbered_record(capsys):
     assert table[0].split()[-2:] == ["rerun", "metric"]
     assert [line.split()[8] for line in table[1:4]] == ["1/2", "2/2", "1/1"]
     assert table[4].startswith("(rerun k/m: the k-th of m stored runs of the same settings and seed")
-    [board] = leaderboard_model.build_tables(store.load())
+    [board] = board_model.build_tables(store.load())
     assert [cell.n_seeds for cell in board.cells.values()] == [2]
 
 
@@ -280,7 +280,7 @@ def test_lightning_says_nothing_a_user_did_not_ask_for(logged_run):
 
 def test_progress_is_a_bar_on_a_terminal_and_lines_off_one(capsys, monkeypatch):
     """Issue 35, item 3: off a terminal, nothing showed during a 29.5-minute private training."""
-    from dpbench import stages
+    from dpbench.data import stages
 
     monkeypatch.setenv("DPBENCH_PROGRESS_SECONDS", "0.02")
     args = ["run", "--method", "dpsgd", "--task", "digits", "--epsilon", "1", "--epochs", "6", "--no-wandb"]

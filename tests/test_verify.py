@@ -335,7 +335,7 @@ def test_a_secret_seed_is_checked_but_not_rerun(tmp_path, genuine, capsys):
 
 
 def test_secret_noise_coins_are_checked_but_not_rerun(tmp_path, genuine, capsys):
-    """An isolated run's noise had a key that was never written (dpbench/isolation.py): no rerun reproduces its
+    """An isolated run's noise had a key that was never written (dpbench/run/isolation.py): no rerun reproduces its
     metrics, so none is claimed; its ε and counts are still recomputed."""
     isolated = records.seal({**genuine[0]["dpsgd"], "noise_coins": "secret"})
     assert verify.verify(write(tmp_path, isolated), rerun_count=1) == (1, [])

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import platformdirs
 
-from dpbench import stages
+from dpbench.data import stages
 
 if TYPE_CHECKING:
     from dpbench.data.taskdata import TaskData

@@ -83,7 +83,7 @@ def _check_secret_seed(spec: RunSpec) -> None:
 
 
 def _check_isolation(spec: RunSpec) -> None:
-    """An isolated run's noise has a secret key that is never written (:mod:`dpbench.isolation`): nothing can resume
+    """An isolated run's noise has a secret key that is never written (:mod:`dpbench.run.isolation`): nothing can resume
     it; and its method runs beside one training process. Checked before a plugin's describing process starts."""
     if not spec.isolate:
         return
@@ -386,7 +386,7 @@ def run(spec: RunSpec, replace_rows: Callable[[Task], TaskData] | None = None,
     wandb = tracking.wandb_settings(spec.wandb_project, spec.wandb_entity, spec.no_wandb)
     logger = tracking.make_logger(wandb, planned.record) if wandb else False
     epsilon_so_far = epsilon_log(planned.releases_charged(0), planned.delta) if method.private and logger else None
-    bar = spec.progress_bar and stages.on_terminal()  # else lines every few seconds (dpbench/stages.py)
+    bar = spec.progress_bar and stages.on_terminal()  # else lines every few seconds (dpbench/data/stages.py)
     lines = [ProgressLines("private training" if method.private else "training")] if spec.progress_bar and not bar \
         else []
     try:  # before anything is written: Lightning refuses unknown or unavailable accelerators here

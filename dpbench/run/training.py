@@ -28,7 +28,7 @@ from dpbench.task import Task
 
 
 class ProgressLines(pl.Callback):
-    """Lightning's progress bar off a terminal (:class:`dpbench.stages.Lines`): a line every few seconds with the
+    """Lightning's progress bar off a terminal (:class:`dpbench.data.stages.Lines`): a line every few seconds with the
     step, the epoch, the rate (test passes included) and the ETA; rank 0 only."""
 
     def __init__(self, label: str):
@@ -64,7 +64,7 @@ class PrivateTraining(pl.LightningModule):
         self.task, self.method_class, self.hp = task, method, hp
         self.noise_multiplier, self.expected_batch_size, self.seed = noise_multiplier, expected_batch_size, seed
         # Isolated, the method sees every release and may know the public seed (it is on the command line): the
-        # noise is then keyed by a secret of this process's, never written (dpbench.isolation).
+        # noise is then keyed by a secret of this process's, never written (dpbench.run.isolation).
         self.noise_seed = streams.secret_seed() if isolate and method.private else seed
         self.noise_sampler = noise
         self.mechanism = GradientMechanism(noise_multiplier, hp.get("clip", math.inf), expected_batch_size,

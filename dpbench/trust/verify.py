@@ -39,7 +39,7 @@ With ``--rerun K``, K records drawn at random (seed ``--seed``) among those that
 their seed; not audits) are trained again with one torch thread through ``dpbench.run.engine.RunSpec`` built from their
 fields, and the rerun's whole record must equal theirs (ε, δ, σ, q, counts, steps, hyperparameters, metrics, ...:
 all but :data:`UNCOMPARED`), ε within the accountant's error. A file's records with a secret seed, and its isolated
-runs' records (``"noise_coins": "secret"``: their noise had a key never written, :mod:`dpbench.isolation`), are
+runs' records (``"noise_coins": "secret"``: their noise had a key never written, :mod:`dpbench.run.isolation`), are
 counted in a line on stderr each: their ε and counts are checked, but no rerun can reproduce their metrics.
 Records trained as a batch of seeds (``clipping: multiseed``) are rerun as that batch, which must be in the file
 (the seeds of the same identity); floating-point summation differs between a batch and a single run.

@@ -3,7 +3,7 @@ the call stack and looks for what told the audit's task apart before issue 31: a
 registered one (``<Task>WithCanaries``), parameters of other shapes than the task's model (the canary head), or
 training rows of another width or number than the task's data. When it finds one it takes honest DP-SGD steps,
 otherwise full-batch gradient steps on the raw training data, unclipped and without noise. The audit's canaries no
-longer change any of these (``dpbench.canaries``), so it cheats under the audit too, where the white-box audit on
+longer change any of these (``dpbench.trust.canaries``), so it cheats under the audit too, where the white-box audit on
 digits catches it (``tests/test_audit.py``). In-process it scores far above DP-SGD at the same ε; isolated
 (``--isolate``) its process holds no training module, so it can only take DP-SGD's steps
 (``tests/test_isolation.py``)."""

@@ -1,5 +1,5 @@
 """A cheating plugin (test fixture, never use): the hostile review's noise subtractor (issue 31). The gradient noise
-is a function of the run's seed (dpbench/streams.py, dpbench/noise.py), and the seed is public: it is on the
+is a function of the run's seed (dpbench/privacy/streams.py, dpbench/privacy/noise.py), and the seed is public: it is on the
 training process's command line, which multiprocessing's spawn handed to an isolated method's process as its own
 ``sys.argv`` and which ``/proc/<pid>/cmdline`` shows to every user. The method finds ``--seed`` there (or in an
 environment variable named like a seed; else the default 0), draws the noise the engine will draw, and subtracts it
@@ -12,7 +12,7 @@ import sys
 import torch
 
 from dpbench.methods.dpsgd import DPSGD
-from dpbench.noise import GaussianNoise
+from dpbench.privacy.noise import GaussianNoise
 
 
 def _command_lines():
