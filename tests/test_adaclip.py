@@ -168,10 +168,11 @@ def test_with_m_zero_and_b_one_it_is_dpsgd_step_for_step():
 def test_with_a_batch_s_estimates_the_per_example_standard_deviation():
     """Batch adaptation: B·((g̃ − m)² − b²σ²_mean) estimates the per-example variance, not that of a batch mean.
 
-    With lr = 0, θ stays at θ⁰; across examples g_1 = θ_1 − y has standard deviation 1 and the other coordinates
-    0. With B = 50 the variance of a batch mean is 1/50; s_1 must settle near 1, not near 1/√50 = 0.14.
+    With lr = 1e-12 (0 is refused), θ stays at θ⁰ to 1e-9; across examples g_1 = θ_1 − y has standard deviation 1
+    and the other coordinates 0. With B = 50 the variance of a batch mean is 1/50; s_1 must settle near 1, not near
+    1/√50 = 0.14.
     """
-    module, data = regression_module(0.5, 50.0, dim=3, seed=1, lr=0.0, h2=100.0, clip=3.0)
+    module, data = regression_module(0.5, 50.0, dim=3, seed=1, lr=1e-12, h2=100.0, clip=3.0)
     s_first = []
     for step, batches in enumerate(PoissonSampler(len(data), 0.05, 800, 1, seed=1)):
         module.training_step(data.__getitems__(batches), step)
