@@ -15,7 +15,7 @@ import ast
 import importlib.metadata
 import importlib.util
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ class _Class:
     description: str | None
     bases: list[str]  # qualified names (module.Class), "?" for a base that cannot be resolved
     #: Literal values the body assigns to :data:`FACTS` (:data:`UNKNOWN` where it assigns something else).
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: dict[str, Any]
 
 
 #: A task's attributes read for the refusals made before importing (``dpbench.cli``): its option names and the

@@ -414,8 +414,8 @@ def _summary(record: dict[str, Any]) -> str:
     lines.append(f"  run {record['run_id']} stored in {store.describe()} (dpbench show {record['run_id']})")
     rerun, runs = browse.reruns(store.load(task=record["task"], method=record["method"])).get(record["run_id"], (1, 1))
     if runs > 1:
-        lines.append(f"  rerun {rerun} of {runs} stored runs of these settings and seed (dpbench runs numbers them; the "
-                     f"leaderboard counts the seed once)")
+        lines.append(f"  rerun {rerun} of {runs} stored runs of these settings and seed (dpbench runs numbers them; "
+                     f"the leaderboard counts the seed once)")
     return "\n".join(lines)
 
 
