@@ -312,9 +312,21 @@ MUTANTS = [
     Mutant("verify-k-distribution-unchecked", "verify", "a tuned record's charged K distribution may differ from "
            "its config's (a forged mean 1.0001 instead of 8 passed)", "dpbench/trust/verify.py",
            'for key in ("k_distribution", "trials"):', "for key in ():", first="tests/test_verify.py"),
-    Mutant("verify-amp-classifier-dropped", "verify", "an AMP record missing one classifier's parts, re-summed, "
-           "passes", "dpbench/trust/verify.py", 'f"{what} epsilon (ε1 of ε/K)")', 'f"{what} epsilon (ε1 of ε/K)") if False '
-           'else None', first="tests/test_verify.py"),
+    Mutant("verify-amp-epsilon-split", "verify", "AMP's objective parts are not checked against ε1 of ε/K (a record "
+           "claiming 0.9 of it, same noise, passes the split)", "dpbench/trust/verify.py",
+           'f"{what} epsilon (ε1 of ε/K)")', 'f"{what} epsilon (ε1 of ε/K)") if False else None',
+           first="tests/test_verify.py"),
+    Mutant("verify-classifiers-from-ledger", "verify", "a release method's classifiers are counted from its ledger, "
+           "not from the task's classes (digits AMP or output perturbation without classifier 9 and with 9/10 of "
+           "the ε passes)", "dpbench/trust/verify.py", "    if parts != labels:", "    if False:",
+           first="tests/test_verify.py"),
+    Mutant("verify-data-releases-from-record", "verify", "a record's data releases are taken as recorded, not "
+           "from its task's options (mnist_mlp adaclip without its DP-PCA passes)", "dpbench/trust/verify.py",
+           "    if recorded != expected:", "    if False:", first="tests/test_verify.py"),
+    Mutant("engine-undeclared-release", "accounting", "a task may release from its training data other than it "
+           "declares (what verify recomputes)", "dpbench/run/engine.py",
+           "    if [event_fields(release.event) for release in data.private_releases] != declared:", "    if False:",
+           first="tests/test_verify.py"),
     Mutant("verify-amp-tail-unchecked", "verify", "an AMP record whose b1 fails the proof's tail bound passes",
            "dpbench/trust/verify.py", "> entry[\"delta\"] * (1 + TOLERANCE):", "> math.inf:", first="tests/test_verify.py"),
     Mutant("verify-rerun-ignores-code", "verify", "a rerun does not compare which code ran (a plugin record "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import dp_accounting
 import pytorch_lightning as pl
 import torch
 from torch import nn
@@ -65,6 +66,14 @@ class Task(pl.LightningModule):
         self.model = self.build_model(self.data)
         return self.data
 
+    @classmethod
+    def private_release_events(cls, settings: dict[str, Any]) -> tuple[dp_accounting.DpEvent, ...]:
+        """The events of what :meth:`load_data` releases privately from the training data under the options
+        ``settings`` (``TaskData.private_releases``, e.g. DP-PCA), known from the options alone: the engine refuses a
+        run whose data released others, and ``dpbench verify`` recomputes a built-in task's from a record's options.
+        None by default."""
+        return ()
+
     def rng(self, purpose: str) -> torch.Generator:
         """The task's own CPU generator for ``purpose`` (e.g. ``augmentation``, ``dp-pca``, or ``task:NAME``),
         on a stream of the run seed that nothing else draws from; the same object on every call of a run."""
@@ -113,7 +122,9 @@ class Task(pl.LightningModule):
 class Classification(Task):
     """A classifier: logistic loss on one output for 2 classes, softmax cross-entropy on K outputs for K > 2.
 
-    Subclasses set ``self.classes`` in :meth:`build_model`. Metrics: ``accuracy`` and ``loss``.
+    Subclasses set ``classes`` (in :meth:`build_model`, or as a class attribute where the number of classes is a
+    public fact of the task: ``dpbench verify`` derives the one-vs-all classifiers of a release method from it).
+    Metrics: ``accuracy`` and ``loss``.
     """
 
     classes: int

@@ -18,6 +18,7 @@ class SparseLinear(LinearClassification):
     """A LIBSVM set: ``dataset`` names it in :data:`dpbench.data.libsvm.FILES`."""
 
     dataset: str
+    classes = 2
     options = {"bias": True, "dense": False}
     defaults = {"epochs": 10, "batch_size": 256, "steps": 50}
     search_lists = {"epochs": [3, 5, 10], "batch_size": [256, 1024], "steps": [12, 25, 50]}

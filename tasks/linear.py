@@ -65,7 +65,8 @@ class LinearClassification(Classification):
     options = {"bias": True}
 
     def build_model(self, data: TaskData) -> nn.Module:
-        self.classes = int(data.y_train.max()) + 1
+        # the dataset's public number of classes where the task declares it, not one read off the labels
+        self.classes = getattr(type(self), "classes", None) or int(data.y_train.max()) + 1
         model = nn.Linear(data.x_train.shape[1], 1 if self.classes == 2 else self.classes, bias=self.settings["bias"])
         nn.init.zeros_(model.weight)
         if model.bias is not None:
@@ -81,6 +82,7 @@ class Digits(LinearClassification):
     name = "digits"
     min_train_examples = 1_437
     description = "softmax regression on scikit-learn's bundled 8x8 digits (1,797 images, 10 classes); no download"
+    classes = 10
     load_data = staticmethod(tabular.load_digits)
     profiles = {"yu2020": yu2020(1.0)}
     defaults = {"epochs": 30, "batch_size": 64, "steps": 50}
@@ -91,6 +93,7 @@ class BreastCancer(LinearClassification):
     name = "breast_cancer"
     min_train_examples = 455
     description = "logistic regression on scikit-learn's bundled Wisconsin breast cancer set (569 rows); no download"
+    classes = 2
     load_data = staticmethod(tabular.load_breast_cancer)
     profiles = {"yu2020": yu2020(0.1)}
     defaults = {"epochs": 30, "batch_size": 32, "steps": 50}
@@ -101,6 +104,7 @@ class Adult(LinearClassification):
     name = "adult"
     min_train_examples = 36_177
     description = "logistic regression on UCI Adult (income > 50K; 45,222 complete rows, 80/20 split)"
+    classes = 2
     load_data = staticmethod(tabular.load_adult)
     profiles = {"yu2020": yu2020(0.1)}
     defaults = {"epochs": 10, "batch_size": 256, "steps": 50}
@@ -111,6 +115,7 @@ class KDDCup99(LinearClassification):
     name = "kddcup99"
     min_train_examples = 395_216
     description = "logistic regression on KDD Cup 1999, 10% set: normal traffic vs attack (494,021 rows)"
+    classes = 2
     load_data = staticmethod(tabular.load_kddcup99)
     profiles = {"yu2020": yu2020(0.1)}
     defaults = {"epochs": 2, "batch_size": 1024, "steps": 50}
@@ -121,6 +126,7 @@ class Covertype(LinearClassification):
     name = "covertype"
     min_train_examples = 8_000  # the mirror's first 10,000 rows, 80% of them; more when downloaded
     description = "softmax regression on UCI Covertype (7 forest cover types); the mirror's 10,000-row subset offline"
+    classes = 7
     load_data = staticmethod(tabular.load_covertype)
     profiles = {"yu2020": yu2020(1.0)}
     defaults = {"epochs": 20, "batch_size": 128, "steps": 50}
@@ -131,6 +137,7 @@ class MNISTLogReg(LinearClassification):
     name = "mnist_logreg"
     min_train_examples = 5_000  # the mirror's mnist-5k-train; 60,000 when downloaded
     description = "softmax regression on MNIST pixels in [0, 1] (per-example input norm ≤ 28)"
+    classes = 10
     load_data = staticmethod(mnist.load_mnist)
     profiles = {"yu2020": yu2020(1.0)}
     max_input_norm = 28.0

@@ -40,7 +40,7 @@ from dataclasses import replace
 from torch import nn
 
 from dpbench.data import mnist
-from dpbench.privacy.pca import dp_pca
+from dpbench.privacy.pca import dp_pca, release_event
 from dpbench.task import Classification, TaskData
 
 NETWORKS = ("relu256", "adadp", "adadp256", "adaclip")
@@ -109,6 +109,12 @@ class MNISTMLP(Classification):
             raise ValueError(f"pca_dims must lie in 1..784 (MNIST's pixels), got {self.settings['pca_dims']}")
         if not self.settings["pca_noise_multiplier"] > 0:
             raise ValueError(f"pca_noise_multiplier must be a number > 0, got {self.settings['pca_noise_multiplier']}")
+
+    @classmethod
+    def private_release_events(cls, settings):
+        """``network=adaclip``'s DP-PCA (:func:`dpbench.privacy.pca.release_event` of ``pca_noise_multiplier``); no other
+        network releases anything."""
+        return (release_event(settings["pca_noise_multiplier"]),) if settings["network"] == "adaclip" else ()
 
     def load_data(self) -> TaskData:
         data = mnist.load_mnist()  # cached: never modified in place

@@ -11,6 +11,7 @@ import torch
 from dp_accounting import pld, rdp
 
 from dpbench.cli import main
+from dpbench.errors import PrivacyCheckFailed
 from dpbench.results import records, store
 from dpbench.run import engine, multiseed
 from dpbench.spec import RunSpec
@@ -33,10 +34,19 @@ class DigitsWithRelease(Digits):
 
     name = "digits_release"
 
+    @classmethod
+    def private_release_events(cls, settings):
+        return (dp_accounting.GaussianDpEvent(20.0),)
+
     def load_data(self):
         release = DataRelease("a test release: Gaussian, sensitivity 1, sigma 20", dp_accounting.GaussianDpEvent(20.0))
         return replace(super().load_data(), private_releases=(release,))
 '''
+DECLARATION = """
+    @classmethod
+    def private_release_events(cls, settings):
+        return (dp_accounting.GaussianDpEvent(20.0),)
+"""
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +76,7 @@ def genuine(tmp_path_factory):
         "nonprivate": run("nonprivate"),
         "data release": run("dpsgd", task="digits_release", plugins=[str(folder / "plugins")], **sigma),
         "output_perturbation": run("output_perturbation", task="breast_cancer"),
+        "output_perturbation digits": run("output_perturbation"),
         "amp": run("amp", task="breast_cancer"),
         "amp_nt": run("amp_nt"),
     }
@@ -193,12 +204,15 @@ def test_the_command(tmp_path, genuine, capsys, refused):
 
 def restated(record, **changes):
     """``record`` with ``changes`` (dotted keys: values) and its ε recomputed by the engine's accountant
-    (``dpbench.privacy.accounting``) for the counts and q it then states, resealed: a forgery consistent but in one respect."""
+    (``dpbench.privacy.accounting``) for the counts, q and data releases it then states, resealed: a forgery consistent but in
+    one respect."""
     from dpbench.privacy import accounting
 
     record = forged(record, **{key: lambda _, value=value: value for key, value in changes.items()})
     releases = accounting.GaussianReleases(record["sample_rate"], record["noise_multiplier"],
-                                        record["gradient_evaluations"], neighbouring=record["neighbouring"])
+                                           record["gradient_evaluations"], neighbouring=record["neighbouring"],
+                                           preceded_by=tuple(verify._event(fields)
+                                                             for fields in record["data_release_events"]))
     return forged(record, epsilon=lambda _: releases.epsilon(record["delta"], record["accountant"]))
 
 
@@ -226,6 +240,31 @@ def test_adadp_draws_two_releases_a_step(tmp_path, genuine):
     assert found["gradient_evaluations"] == 2 * found["steps"]
     halved = restated(found, gradient_evaluations=found["steps"])
     assert problems_of(tmp_path, halved)[0].endswith(f"implies {2 * found['steps']} in {found['steps']}")
+
+
+@pytest.mark.parametrize("events", [[], [{"class_name": "GaussianDpEvent", "noise_multiplier": 70.0}]])
+def test_a_record_without_its_tasks_pca_release_fails(tmp_path, mirror, events):
+    """Issue 31: mnist_mlp with ``network=adaclip`` releases a DP-PCA of noise multiplier ``pca_noise_multiplier``
+    (7) before training; a record whose ledger leaves it out, or charges σ_p = 70 for it, with ε recomputed for
+    that and resealed, is consistent in every other respect (verify took the releases from the record)."""
+    found = engine.run(RunSpec(method="dpsgd", task="mnist_mlp", profile="smoke-adaclip", progress_bar=False,
+                               no_wandb=True, append_to_store=False))
+    assert found["data_release_events"] == [{"class_name": "GaussianDpEvent", "noise_multiplier": 7.0}]
+    assert verify.check(found) == []
+    cheaper = restated(found, data_release_events=events, data_releases=["a release"] * len(events))
+    assert cheaper["epsilon"] < found["epsilon"]
+    options = {"network": "adaclip", "pca_dims": 60, "pca_noise_multiplier": 7.0}
+    assert problems_of(tmp_path, cheaper) == [
+        f"its data releases are {[verify._event(fields) for fields in events]}, but task mnist_mlp with options "
+        f"{options} releases [GaussianDpEvent(noise_multiplier=7.0)]"]
+
+
+def test_a_task_releasing_other_than_it_declares_is_refused(tmp_path):
+    """The engine holds a task to its ``private_release_events``: here digits_release, declaring none."""
+    (tmp_path / "undeclared.py").write_text(PLUGIN_TASK.replace(DECLARATION, ""))
+    with pytest.raises(PrivacyCheckFailed, match=r"task digits_release released \['a test release"):
+        engine.run(RunSpec(method="dpsgd", task="digits_release", noise_multiplier=5.0, plugins=[str(tmp_path)],
+                           progress_bar=False, no_wandb=True, append_to_store=False))
 
 
 def test_a_rate_below_the_batch_size_fails(tmp_path, genuine):
@@ -392,15 +431,46 @@ def test_a_tuned_record_charging_another_k_distribution_than_its_config_fails(tm
                                               f"is {tuned['config']['k_distribution']!r}"]
 
 
-def test_an_amp_record_missing_a_classifier_fails(tmp_path, genuine):
-    """The review's forgery: digits' one-vs-all AMP without classifier 9's two parts, ε and δ summed again."""
-    found = copy.deepcopy(genuine[0]["amp_nt"])
+def without_classifier_9(found, lower_target):
+    """``found`` (on digits, 10 one-vs-all classifiers) without classifier 9's ledger parts, ε and δ summed again,
+    and with ``lower_target``: its ε target lowered by a tenth, so that each part is the remaining classifiers'
+    ε/9 as their noise was calibrated for (every other check consistent), resealed."""
     ledger = [entry for entry in found["privacy_ledger"] if not entry["what"].endswith("classifier 9 (one-vs-all)")]
-    assert len(ledger) == len(found["privacy_ledger"]) - 2
-    short = forged(found, privacy_ledger=lambda _: ledger, epsilon=lambda _: math.fsum(e["epsilon"] for e in ledger),
-                   delta=lambda _: math.fsum(e["delta"] for e in ledger))
+    assert len(ledger) == len(found["privacy_ledger"]) * 9 // 10
+    return forged(found, privacy_ledger=lambda _: ledger, epsilon=lambda _: math.fsum(e["epsilon"] for e in ledger),
+                  delta=lambda _: math.fsum(e["delta"] for e in ledger),
+                  epsilon_target=lambda value: value * 0.9 if lower_target else value)
+
+
+@pytest.mark.parametrize("kind, what", [("amp_nt", "objective perturbation b1"),
+                                        ("output_perturbation digits", "output noise")])
+def test_a_release_record_with_a_classifier_less_than_the_classes_fails(tmp_path, genuine, kind, what):
+    """Issue 31: digits has 10 classes, so AMP and output perturbation train 10 one-vs-all classifiers; a record
+    that leaves one out and claims 9/10 of the ε is consistent in every other respect (verify counted the
+    classifiers from the ledger)."""
+    found = genuine[0][kind]
+    short = without_classifier_9(found, lower_target=True)
     assert short["epsilon"] < found["epsilon"] * 0.95
-    assert problems_of(tmp_path, short)[0].startswith(
+    parts = [entry["what"] for entry in short["privacy_ledger"] if entry["what"].startswith(what)]
+    assert problems_of(tmp_path, short) == [
+        f"its ledger holds 9 {what} parts {parts}, not one per classifier of task digits (10)"]
+
+
+def test_an_amp_record_missing_a_classifier_fails(tmp_path, genuine):
+    """The review's forgery (classifier 9's parts left out, ε summed again, the target kept): now refused by the
+    count of classifiers, before the ε/K of each part."""
+    short = without_classifier_9(genuine[0]["amp_nt"], lower_target=False)
+    assert short["epsilon"] < genuine[0]["amp_nt"]["epsilon"] * 0.95
+    assert problems_of(tmp_path, short)[0].startswith("its ledger holds 9 objective perturbation b1 parts")
+
+
+def test_an_amp_record_claiming_less_epsilon_per_classifier_fails(tmp_path, genuine):
+    """Every objective part claiming 0.9 of its ε1 of ε/K (the same noise), ε summed again."""
+    found = genuine[0]["amp_nt"]
+    ledger = [{**entry, "epsilon": entry["epsilon"] * (0.9 if entry["what"].startswith("objective") else 1)}
+              for entry in found["privacy_ledger"]]
+    less = forged(found, privacy_ledger=lambda _: ledger, epsilon=lambda _: math.fsum(e["epsilon"] for e in ledger))
+    assert problems_of(tmp_path, less)[0].startswith(
         "privacy_ledger[0] (objective perturbation b1, classifier 0 (one-vs-all)) epsilon (ε1 of ε/K) is ")
 
 

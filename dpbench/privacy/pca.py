@@ -51,8 +51,14 @@ def dp_pca(x: torch.Tensor, k: int, noise_multiplier: float,
     eigenvalues, eigenvectors = torch.linalg.eigh(noisy_covariance(x, noise_multiplier, generator))
     top = eigenvalues.argsort(descending=True)[:k]
     projection = eigenvectors[:, top].to(torch.float32)
-    event = (dp_accounting.GaussianDpEvent(noise_multiplier) if noise_multiplier > 0
-             else dp_accounting.NonPrivateDpEvent())
     description = (f"DP-PCA (Abadi et al. 2016): top {k} eigenvectors of Σ x̂x̂ᵀ over the {len(x):,} unit-normalized "
                    f"training rows + symmetrized N(0, σ_p²) noise, σ_p = {noise_multiplier:g} (sensitivity 1)")
-    return projection, DataRelease(description, event)
+    return projection, DataRelease(description, release_event(noise_multiplier))
+
+
+def release_event(noise_multiplier: float) -> dp_accounting.DpEvent:
+    """What :func:`dp_pca` with noise multiplier σ_p releases: ``GaussianDpEvent(σ_p)`` (sensitivity 1),
+    ``NonPrivateDpEvent`` for σ_p = 0."""
+    if noise_multiplier > 0:
+        return dp_accounting.GaussianDpEvent(noise_multiplier)
+    return dp_accounting.NonPrivateDpEvent()

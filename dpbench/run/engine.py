@@ -224,6 +224,11 @@ def plan(spec: RunSpec, calibrate: bool = True,
     threads.fit()  # one thread (or the user's count) before PyTorch does any work: dpbench/threads.py
     with stages.training_epochs(hp["epochs"]):  # the preparation's progress estimates the training too
         data = task.prepare(spec.seed)
+    declared = [event_fields(event) for event in task_class.private_release_events(task.settings)]
+    if [event_fields(release.event) for release in data.private_releases] != declared:
+        raise guards.PrivacyCheckFailed(
+            f"task {task_class.name} released {[release.description for release in data.private_releases]} from its "
+            f"training data, but declares {declared} for its options (Task.private_release_events)")
     if replace_rows is not None:
         data = task.data = replace_rows(task)
     stated = task_class.min_train_examples

@@ -14,7 +14,8 @@ For every record (one JSON object per line):
     epochs, the method's releases per step, the sampler), and a record whose ``steps``, ``gradient_evaluations``
     or q differ from it is refused; Poisson sampling ``SelfComposed(PoissonSampled(q, Gaussian(σ)), T)`` (q = 1,
     full batches: ``SelfComposed(Gaussian(σ), T)``), shuffled batches (replace-one only)
-    ``SelfComposed(Gaussian(σ), epochs)``, after the task's data releases (``data_release_events``), under the
+    ``SelfComposed(Gaussian(σ), epochs)``, after the task's data releases (``data_release_events``, which for a
+    built-in task must be what it releases under the record's options: :func:`_data_releases`), under the
     record's relation and accountant (PLD, or RDP with a replace-one Gaussian at sensitivity 2); ε must not exceed
     the target;
   - non-private baselines: no ε, no σ;
@@ -24,7 +25,8 @@ For every record (one JSON object per line):
     stopping; shape η, or ∞ for Poisson) or N-fold composition (adaptive) must give ε; the score noise
     σ_v must satisfy α/(2σ_v²) ≤ the trial's RDP at every order of the RDP accountant; oracle-tuned records are
     checked as the one run they report;
-  - release methods: ε and δ are the sums of the ``privacy_ledger`` parts; each output-noise part's ε is
+  - release methods: ε and δ are the sums of the ``privacy_ledger`` parts, one (AMP: one of each kind) per
+    one-vs-all classifier of a built-in task's declared classes (:func:`_classifiers`); each output-noise part's ε is
     recomputed as dp-accounting's ``GaussianDpEvent(noise std / sensitivity)`` (PLD); the built-in output
     perturbation's sensitivity is re-derived from its hyperparameters (Wu et al.: 2kLη/b convex,
     2(L + λR)/(λn) strongly convex); AMP's objective part is checked against the paper's noise scale
@@ -246,6 +248,48 @@ def _builtin(record: dict[str, Any]) -> type | None:
     return None if external else _builtin_methods().get(record["method"])
 
 
+@functools.cache
+def _builtin_tasks() -> dict[str, type]:
+    return registry.tasks([])
+
+
+def _builtin_task(record: dict[str, Any]) -> type | None:
+    """The built-in task class the record names, None for a plugin's (``code.task.external``)."""
+    external = ((record.get("code") or {}).get("task") or {}).get("external", True)
+    return None if external else _builtin_tasks().get(record["task"])
+
+
+def _data_releases(record: dict[str, Any]) -> list[dp_accounting.DpEvent]:
+    """The record's data releases (``data_release_events``), refused unless they are what its built-in task
+    releases under the record's options (``Task.private_release_events``: e.g. mnist_mlp's DP-PCA with
+    ``network=adaclip``, of noise multiplier ``pca_noise_multiplier``); a plugin task's, which verify does not load,
+    as recorded."""
+    recorded = [_event(fields) for fields in record.get("data_release_events") or []]
+    task = _builtin_task(record)
+    if task is None:
+        return recorded
+    hp = record["hyperparameters"]
+    options = {key: hp.get(key, default) for key, default in task.options.items()}
+    expected = list(task.private_release_events(options))
+    if recorded != expected:
+        raise Mismatch(f"its data releases are {recorded}, but task {task.name} with options {options} releases "
+                       f"{expected}")
+    return recorded
+
+
+def _classifiers(record: dict[str, Any], parts: list[str], what: str) -> None:
+    """A release method's ledger parts named ``what`` (their suffixes after ``what``, in order): one per binary
+    classifier, labelled 0…K−1 (one-vs-all) or unlabelled (K = 1), where K is 1 for a built-in task of 2 classes
+    and its number of classes otherwise (``dpbench.release``; the task's declared ``classes``); for a plugin task
+    or one without declared classes, K is the number of parts."""
+    classes = getattr(_builtin_task(record), "classes", None)
+    count = len(parts) if classes is None else 1 if classes == 2 else classes
+    labels = [""] if count == 1 else [f", classifier {k} (one-vs-all)" for k in range(count)]
+    if parts != labels:
+        raise Mismatch(f"its ledger holds {len(parts)} {what} parts {[what + p for p in parts]}, not one per "
+                       f"classifier of task {record['task']} ({count})")
+
+
 def _releases_per_step(record: dict[str, Any]) -> int:
     """k, the noisy gradients a step draws: a built-in method's ``releases_per_step`` (ADADP: 2, both charged
     whether its step is accepted or not); a plugin's, which verify does not load, the record's releases over its
@@ -299,7 +343,7 @@ def _run_event(record: dict[str, Any]) -> dp_accounting.DpEvent:
         raise Mismatch("its data releases have no machine-readable events (data_release_events)")
     q, releases = _plan(record)
     training = _training_event(record, record["noise_multiplier"], q, releases)
-    before = [_event(fields) for fields in record.get("data_release_events") or []]
+    before = _data_releases(record)
     return dp_accounting.ComposedDpEvent([*before, training]) if before else training
 
 
@@ -353,6 +397,7 @@ def _check_tuned(record: dict[str, Any]) -> None:
             raise Mismatch(f"{len(ledger)} output releases in the ledger but tuning.gradient_evaluations is {releases}")
         for index, entry in enumerate(ledger):
             _close(entry["noise_std"] / entry["sensitivity"], sigma, f"privacy_ledger[{index}] noise multiplier")
+        _output_classifiers(record)
         _check_output_sensitivities(record)
     else:
         _close(record.get("noise_multiplier"), sigma, "noise_multiplier (tuning.noise_multiplier)")
@@ -396,20 +441,23 @@ def _amp_out_fraction(record: dict[str, Any]) -> float:
 
 
 def _amp_classifiers(record: dict[str, Any]) -> None:
-    """AMP's ledger: one objective and one output part per classifier, labelled 0…K−1 (one-vs-all) or unlabelled
-    (K = 1), each classifier's budget ε/K (checked per part by the caller)."""
+    """AMP's ledger: one objective and one output part per classifier (:func:`_classifiers`), each classifier's
+    budget ε/K (checked per part by the caller)."""
     parts = {"objective perturbation b1": [], "output noise b2": []}
     for entry in record["privacy_ledger"]:
         head, _, suffix = entry["what"].partition(", classifier ")
         if head not in parts:
             raise Mismatch(f"an AMP ledger part {entry['what']!r} verify does not know")
-        parts[head].append(suffix)
-    objective, output = parts.values()
-    count = len(objective)
-    labels = [""] if count == 1 else [f"{k} (one-vs-all)" for k in range(count)]
-    if objective != labels or output != labels:
-        raise Mismatch(f"AMP's ledger holds {objective} objective and {output} output parts: not one of each per "
-                       f"classifier")
+        parts[head].append(suffix and f", classifier {suffix}")
+    for what, found in parts.items():
+        _classifiers(record, found, what)
+
+
+def _output_classifiers(record: dict[str, Any]) -> None:
+    """The built-in output perturbation's ledger: one output-noise part per classifier (:func:`_classifiers`)."""
+    if record["method"] == "output_perturbation":
+        _classifiers(record, [entry["what"].removeprefix("output noise") for entry in record["privacy_ledger"]],
+                     "output noise")
 
 
 def _check_output_sensitivities(record: dict[str, Any]) -> None:
@@ -460,6 +508,7 @@ def _check_release(record: dict[str, Any]) -> None:
                                f"δ1 = {entry['delta']:.6g}")
         else:
             raise Mismatch(f"{what} is a release verify cannot recompute")
+    _output_classifiers(record)
 
 
 def _check_audit(record: dict[str, Any]) -> None:
