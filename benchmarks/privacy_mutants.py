@@ -320,6 +320,10 @@ MUTANTS = [
            "not from the task's classes (digits AMP or output perturbation without classifier 9 and with 9/10 of "
            "the ε passes)", "dpbench/trust/verify.py", "    if parts != labels:", "    if False:",
            first="tests/test_verify.py"),
+    Mutant("verify-noise-coins-unchecked", "verify", "a record claiming secret noise coins without an isolated run "
+           "escapes --rerun", "dpbench/trust/verify.py",
+           'if record.get("kind", "run") == "run" and (coins not in (None, "secret") or (coins == "secret") != isolated):',
+           'if False:', first="tests/test_verify.py::test_secret_noise_coins_must_go_with_an_isolated_run"),
     Mutant("verify-data-releases-from-record", "verify", "a record's data releases are taken as recorded, not "
            "from its task's options (mnist_mlp adaclip without its DP-PCA passes)", "dpbench/trust/verify.py",
            "    if recorded != expected:", "    if False:", first="tests/test_verify.py"),
