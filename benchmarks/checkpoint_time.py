@@ -27,7 +27,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     spec = RunSpec(method=args.method, task=args.task, noise_multiplier=1.0, progress_bar=False, no_wandb=True,
-                          append_to_store=False, overrides={"epochs": args.epochs})
+                   append_to_store=False, overrides={"epochs": args.epochs})
     written = []
     atomic_write = checkpoint.atomic_write
 

@@ -24,7 +24,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
     spec = RunSpec(method=args.method, task=args.task, epsilon=args.epsilon, progress_bar=False,
-                          no_wandb=True, append_to_store=False)
+                   no_wandb=True, append_to_store=False)
     seeds = list(range(args.seeds))
     engine.run(spec)
     multiseed.run_seeds(spec, seeds)

@@ -42,7 +42,7 @@ def run_cell(task: str, method: str, mode: str, seed: int) -> dict:
         done = [r for r in store.load(task=task, method=method) if r["seed"] == seed
                 and r.get("epsilon_target") == EPSILON and not r["overrides"] and "tuning" not in r]
         record = done[0] if done else engine.run(RunSpec(method=method, task=task, epsilon=EPSILON, seed=seed,
-                                                                no_wandb=True, progress_bar=False))
+                                                         no_wandb=True, progress_bar=False))
     else:
         record = tune.tune(tune.TuneSpec(
             method=method, task=task, epsilon=EPSILON, mode=mode, trials=MEAN_TRIALS, k_distribution="poisson",

@@ -173,8 +173,8 @@ def test_a_method_cannot_tell_an_audit_from_a_run(tmp_path, monkeypatch, probe):
     monkeypatch.setenv("PROBE_OUT", str(tmp_path / "seen.jsonl"))
     overrides = {"epochs": 1}
     engine.run(RunSpec(method=probe, task="digits", epsilon=1.0, neighbouring="replace-one",
-                              overrides=overrides, plugins=[str(tmp_path)], progress_bar=False, no_wandb=True,
-                              append_to_store=False))
+                       overrides=overrides, plugins=[str(tmp_path)], progress_bar=False, no_wandb=True,
+                       append_to_store=False))
     ordinary = (tmp_path / "seen.jsonl").read_text().splitlines()
     (tmp_path / "seen.jsonl").unlink()
     audit.audit(audit.AuditSpec(method=probe, task="digits", epsilon=1.0, canaries=100, overrides=overrides,

@@ -129,7 +129,7 @@ def alone(plugin, record, monkeypatch, method, task, seed, args) -> dict:
     monkeypatch.setenv("DPBENCH_TEST_INDICES", str(record))
     overrides = {"epochs": int(args[1]), "batch_size": int(args[3])}
     return engine.run(RunSpec(method=method, task=task, noise_multiplier=1.5, seed=seed, overrides=overrides,
-                                     plugins=[str(plugin)], progress_bar=False, no_wandb=True))
+                              plugins=[str(plugin)], progress_bar=False, no_wandb=True))
 
 
 TASKS = {"adult": ("indexed_adult", ["--epochs", "2", "--batch-size", "1024"]),

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 def run(method, task="breast_cancer", isolate=False, plugins=(CHEATERS,), **changes):
     changes.setdefault("overrides", {"epochs": 5})
     spec = RunSpec(method=method, task=task, epsilon=changes.pop("epsilon", 0.05), plugins=list(plugins),
-                          progress_bar=False, no_wandb=True, isolate=isolate, **changes)
+                   progress_bar=False, no_wandb=True, isolate=isolate, **changes)
     return engine.run(spec)
 
 

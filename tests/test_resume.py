@@ -111,8 +111,8 @@ def test_resuming_from_any_checkpoint_gives_the_uninterrupted_record(tmp_path, m
 
     monkeypatch.setattr(checkpoint, "atomic_write", keep_copies)
     spec = RunSpec(method=method, task=task, noise_multiplier=None if method == "nonprivate" else 1.0,
-                          overrides=overrides, plugins=[plugin], progress_bar=False, no_wandb=True,
-                          checkpoint_dir=str(tmp_path / "run"), checkpoint_every=1)
+                   overrides=overrides, plugins=[plugin], progress_bar=False, no_wandb=True,
+                   checkpoint_dir=str(tmp_path / "run"), checkpoint_every=1)
     uninterrupted = comparable(engine.run(spec))
     monkeypatch.setattr(checkpoint, "atomic_write", write)
     assert len(copies) == uninterrupted["steps"] >= 8

@@ -36,7 +36,7 @@ def test_a_trial_trains_on_the_training_part_only_and_is_not_stored():
     split = tune.ValidationSplit(0.25, seed=1, noise_multiplier=1.0, trial=0)
     held = int(split.mask(1437).sum())
     record = engine.run(RunSpec(method="dpsgd", task="digits", noise_multiplier=5.0, overrides={"epochs": 1},
-                                       validation=split, append_to_store=False, no_wandb=True, progress_bar=False))
+                                validation=split, append_to_store=False, no_wandb=True, progress_bar=False))
     assert record["n_train"] == 1437 - held and record["sample_rate"] == 64 / (1437 - held)
     assert set(record["validation"]) == {"noisy_accuracy"} and math.isfinite(record["validation"]["noisy_accuracy"])
     assert store.load() == []

@@ -250,9 +250,9 @@ def _trial_run_spec(plan_: Plan, params: dict[str, Any], number: int, secret: in
                                  split_seed=spec.seed if spec.split_seed is None else spec.split_seed)
     if plan_.trial.kind == "output":
         return RunSpec(noise_multiplier=plan_.trial.noise_multiplier, neighbouring="replace-one",
-                              validation=validation, **common)
+                       validation=validation, **common)
     return RunSpec(noise_multiplier=plan_.trial.noise_multiplier, sampler="poisson",
-                          neighbouring=spec.neighbouring, validation=validation, **common)
+                   neighbouring=spec.neighbouring, validation=validation, **common)
 
 
 def _check_trial(plan_: Plan, number: int, record: dict[str, Any]) -> None:
