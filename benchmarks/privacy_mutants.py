@@ -320,6 +320,11 @@ MUTANTS = [
            "not from the task's classes (digits AMP or output perturbation without classifier 9 and with 9/10 of "
            "the ε passes)", "dpbench/trust/verify.py", "    if parts != labels:", "    if False:",
            first="tests/test_verify.py"),
+    Mutant("isolation-public-batches", "isolation", "an isolated run's batches come from the public seed, which the "
+           "method can read", "dpbench/run/engine.py",
+           "sampler_seed = streams.secret_seed() if spec.isolate and method.private else spec.seed",
+           "sampler_seed = spec.seed",
+           first="tests/test_isolation.py::test_an_isolated_runs_batches_are_not_the_public_seeds"),
     Mutant("verify-noise-coins-unchecked", "verify", "a record claiming secret noise coins without an isolated run "
            "escapes --rerun", "dpbench/trust/verify.py",
            'if record.get("kind", "run") == "run" and (coins not in (None, "secret") or (coins == "secret") != isolated):',

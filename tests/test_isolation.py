@@ -90,6 +90,17 @@ def test_built_in_methods_compute_the_same_isolated(method_name, task, overrides
     assert inside["metrics"] == outside["metrics"] and inside["hyperparameters"] == outside["hyperparameters"]
 
 
+def test_an_isolated_runs_batches_are_not_the_public_seeds(monkeypatch):
+    """A hostile review (26 November 2026): the sampler's coins followed from the public seed, so an isolated method
+    knew every batch's members, and the ε that holds against it was about 5, not 1, on digits at its defaults."""
+    monkeypatch.setattr(streams, "secret_seed", lambda: 12345)
+    spec = dict(method="dpsgd", task="digits", epsilon=1.0, progress_bar=False, no_wandb=True)
+    public, isolated = (engine.plan(RunSpec(**spec, isolate=isolate), calibrate=False) for isolate in (False, True))
+    assert isolated.record["sampler_coins"] == "secret" and "sampler_coins" not in public.record
+    first_batches = [[batch.tolist() for batch in step] for step, _ in zip(public.sampler, range(3))]
+    assert first_batches != [[batch.tolist() for batch in step] for step, _ in zip(isolated.sampler, range(3))]
+
+
 def test_the_training_process_never_imports_the_plugin(tmp_path):
     folder = tmp_path / "plugins"
     shutil.copytree(CHEATERS, folder)
@@ -168,7 +179,8 @@ def test_isolated_noise_has_a_secret_key_written_nowhere(monkeypatch, isolated_h
         assert main([*args, *extra]) == 0
         outputs.append(capsys.readouterr())
     first, second, in_process = (json.loads(out) for out, _ in outputs)
-    assert len(set(drawn)) == 2 and first["noise_coins"] == second["noise_coins"] == "secret"
+    assert len(set(drawn)) == 4 and first["noise_coins"] == second["noise_coins"] == "secret"  # noise, batches
+    assert first["sampler_coins"] == second["sampler_coins"] == "secret" and "sampler_coins" not in in_process
     assert first["seed"] == second["seed"] == in_process["seed"] == 0 and "noise_coins" not in in_process
     assert len({json.dumps(r["metrics"]) for r in (first, second, in_process)}) == 3
     config, _, summary = logged(isolated_home)

@@ -376,7 +376,8 @@ def test_a_secret_seed_is_checked_but_not_rerun(tmp_path, genuine, capsys):
 def test_secret_noise_coins_are_checked_but_not_rerun(tmp_path, genuine, capsys):
     """An isolated run's noise had a key that was never written (dpbench/run/isolation.py): no rerun reproduces its
     metrics, so none is claimed; its ε and counts are still recomputed."""
-    isolated = records.seal({**genuine[0]["dpsgd"], "noise_coins": "secret", "isolation": "process"})
+    isolated = records.seal({**genuine[0]["dpsgd"], "noise_coins": "secret", "sampler_coins": "secret",
+                             "isolation": "process"})
     assert verify.verify(write(tmp_path, isolated), rerun_count=1) == (1, [])
     assert capsys.readouterr().err == (f"1 isolated run record(s) with secret noise coins (e.g. {isolated['run_id']}): "
                                        f"their ε and counts are recomputed, but no rerun can reproduce their metrics, "
@@ -393,10 +394,12 @@ def test_secret_noise_coins_must_go_with_an_isolated_run(tmp_path, genuine):
     assert found["isolation"] == "in-process" and "noise_coins" not in found
     claimed = records.seal({**found, "noise_coins": "secret"})
     assert problems_of(tmp_path, claimed) == [
-        "noise_coins 'secret' with isolation 'in-process': an isolated private run's noise has secret coins (exempt "
-        "from reruns), no other run's"]
-    unsaid = records.seal({**found, "isolation": "process"})
+        "noise_coins 'secret' with isolation 'in-process': an isolated private run's noise and batches have secret "
+        "coins (exempt from reruns), no other run's"]
+    unsaid = records.seal({**found, "isolation": "process", "sampler_coins": "secret"})
     assert problems_of(tmp_path, unsaid)[0].startswith("noise_coins None with isolation 'process'")
+    half = records.seal({**found, "isolation": "process", "noise_coins": "secret"})
+    assert problems_of(tmp_path, half)[0].startswith("sampler_coins None with isolation 'process'")
 
 
 def test_rerun_compares_the_whole_record(tmp_path, genuine):

@@ -259,11 +259,14 @@ def plan(spec: RunSpec, calibrate: bool = True,
     if batch_size * per_step > n:
         raise UsageError(f"batch size {batch_size} (x{per_step} batches per step) exceeds the {n} training examples")
     sample_rate = batch_size / n
+    # Isolated, the method may know the public seed (it is on the command line): the batches, whose secrecy the
+    # amplification by subsampling assumes, then come from a secret of this process's, never written.
+    sampler_seed = streams.secret_seed() if spec.isolate and method.private else spec.seed
     if sampler_name == "poisson":
         steps_per_epoch = max(1, round(n / (batch_size * per_step)))
-        sampler = PoissonSampler(n, sample_rate, steps_per_epoch, per_step, spec.seed)
+        sampler = PoissonSampler(n, sample_rate, steps_per_epoch, per_step, sampler_seed)
     else:
-        sampler = ShuffleSampler(n, batch_size, per_step, spec.seed)
+        sampler = ShuffleSampler(n, batch_size, per_step, sampler_seed)
         steps_per_epoch = len(sampler)
     planned_releases = hp["epochs"] * steps_per_epoch * per_step
 
@@ -309,7 +312,7 @@ def plan(spec: RunSpec, calibrate: bool = True,
         "data_releases": [release.description for release in data.private_releases],
         "data_release_events": [event_fields(release.event) for release in data.private_releases],
         "isolation": "process" if spec.isolate else "in-process",  # dpbench.run.isolation; the board's plugin marks
-        **({"noise_coins": "secret"} if spec.isolate and method.private else {}),  # PrivateTraining.noise_seed
+        **({"noise_coins": "secret", "sampler_coins": "secret"} if spec.isolate and method.private else {}),
     }
     record["code"]["method"] = isolation.code_of(method)
     return PlannedRun(spec, method, task, data, hp, sampler, steps_per_epoch, delta, data_releases, record, held_out)

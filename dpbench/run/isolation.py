@@ -29,7 +29,8 @@ In one Python process a method can always reach the data (closures, ``gc``, stac
   ``/proc/<pid>/cmdline`` shows to every user): the gradient noise of an isolated run is keyed by a secret the
   parent draws from the OS's entropy and never writes (:class:`~dpbench.run.training.PrivateTraining`; the record says
   ``"noise_coins": "secret"``), so subtracting the seed's noise gains nothing (``tests/cheaters/noise_subtractor.py``);
-  the sampler's and the initial weights' coins stay the seed's;
+  so are the sampler's (``"sampler_coins": "secret"``: the method does not know which examples a release holds,
+  which the amplification by subsampling assumes); the initial weights' coins stay the seed's;
 * a child starts with the parent's program name for ``sys.argv`` and only :data:`KEPT_ENVIRONMENT` of its
   environment (spawn would hand it both whole), and on Linux the parent makes itself non-dumpable before the first
   child starts, for the rest of its life (a child may leave processes behind): a non-root process of the same user

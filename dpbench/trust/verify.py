@@ -532,11 +532,12 @@ def check(record: dict[str, Any]) -> list[str]:
         problems.append(f"run_id {record['run_id']} is not the content hash {content_id(record)}")
     if record.get("ledger_version") != LEDGER_VERSION:
         problems.append(f"ledger version {record.get('ledger_version', 1)}, not the current {LEDGER_VERSION}")
-    coins = record.get("noise_coins")
     isolated = record.get("isolation") == "process" and record.get("private", True)
-    if record.get("kind", "run") == "run" and (coins not in (None, "secret") or (coins == "secret") != isolated):
-        problems.append(f"noise_coins {coins!r} with isolation {record.get('isolation')!r}: an isolated private run's "
-                        f"noise has secret coins (exempt from reruns), no other run's")
+    for field in ("noise_coins", "sampler_coins"):
+        coins = record.get(field)
+        if record.get("kind", "run") == "run" and (coins not in (None, "secret") or (coins == "secret") != isolated):
+            problems.append(f"{field} {coins!r} with isolation {record.get('isolation')!r}: an isolated private run's "
+                            f"noise and batches have secret coins (exempt from reruns), no other run's")
     try:
         if record.get("kind") == "audit":
             _check_audit(record)
