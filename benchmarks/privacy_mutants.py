@@ -325,6 +325,11 @@ MUTANTS = [
            "sampler_seed = streams.secret_seed() if spec.isolate and method.private else spec.seed",
            "sampler_seed = spec.seed",
            first="tests/test_isolation.py::test_an_isolated_runs_batches_are_not_the_public_seeds"),
+    Mutant("isolation-loads-entry-points", "isolation", "installed packages' methods and tasks are imported into an "
+           "isolated run's training process", "dpbench/run/engine.py",
+           "registry.methods([], installed=False), registry.tasks([], installed=False)",
+           "registry.methods([]), registry.tasks([])",
+           first="tests/test_isolation.py::test_isolated_runs_never_load_installed_packages"),
     Mutant("verify-noise-coins-unchecked", "verify", "a record claiming secret noise coins without an isolated run "
            "escapes --rerun", "dpbench/trust/verify.py",
            'if record.get("kind", "run") == "run" and (coins not in (None, "secret") or (coins == "secret") != isolated):',

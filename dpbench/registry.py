@@ -88,13 +88,14 @@ def _warn_once(message: str) -> None:
     warnings.warn(message, stacklevel=3)
 
 
-def _modules(package: ModuleType, group: str, plugin_dirs: list[Path]) -> list[ModuleType | type]:
+def _modules(package: ModuleType, group: str, plugin_dirs: list[Path], installed: bool) -> list[ModuleType | type]:
     found: list[ModuleType | type] = [
         importlib.import_module(f"{package.__name__}.{info.name}") for info in pkgutil.iter_modules(package.__path__)
     ]
     for folder in plugin_dirs:
         found += _plugin_files(folder)
-    found += [entry.load() for entry in _entry_points(group, tuple(sys.path))]
+    if installed:
+        found += [entry.load() for entry in _entry_points(group, tuple(sys.path))]
     return found
 
 
@@ -110,9 +111,9 @@ def plugin_dirs(option: list[str] | None = None) -> list[Path]:
     return [Path(p) for p in [*from_env, *(option or [])]]
 
 
-def _collect(package: ModuleType, group: str, base: type, folders: list[Path]) -> dict[str, type]:
+def _collect(package: ModuleType, group: str, base: type, folders: list[Path], installed: bool) -> dict[str, type]:
     registry: dict[str, type] = {}
-    for source in _modules(package, group, folders):
+    for source in _modules(package, group, folders, installed):
         classes = [source] if inspect.isclass(source) else _classes_in(source, base)
         for cls in classes:
             if not isinstance(cls.name, str) or not cls.name:
@@ -125,9 +126,13 @@ def _collect(package: ModuleType, group: str, base: type, folders: list[Path]) -
     return dict(sorted(registry.items()))
 
 
-def methods(folders: list[Path] | None = None) -> dict[str, type[Method]]:
-    return _collect(dpbench.methods, "dpbench.methods", Method, plugin_dirs() if folders is None else folders)
+def methods(folders: list[Path] | None = None, installed: bool = True) -> dict[str, type[Method]]:
+    """The methods by name: built-in, of plugin ``folders`` (default: ``DPBENCH_PLUGINS``) and, unless
+    ``installed`` is False, of installed packages' entry points (whose code then runs in this process)."""
+    return _collect(dpbench.methods, "dpbench.methods", Method, plugin_dirs() if folders is None else folders,
+                    installed)
 
 
-def tasks(folders: list[Path] | None = None) -> dict[str, type[Task]]:
-    return _collect(dpbench.tasks, "dpbench.tasks", Task, plugin_dirs() if folders is None else folders)
+def tasks(folders: list[Path] | None = None, installed: bool = True) -> dict[str, type[Task]]:
+    """The tasks by name, from the same sources as :func:`methods`."""
+    return _collect(dpbench.tasks, "dpbench.tasks", Task, plugin_dirs() if folders is None else folders, installed)

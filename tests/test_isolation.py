@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from dpbench import registry
 from dpbench.board import leaderboard
 from dpbench.errors import UsageError
 from dpbench.method import Method
@@ -99,6 +100,21 @@ def test_an_isolated_runs_batches_are_not_the_public_seeds(monkeypatch):
     assert isolated.record["sampler_coins"] == "secret" and "sampler_coins" not in public.record
     first_batches = [[batch.tolist() for batch in step] for step, _ in zip(public.sampler, range(3))]
     assert first_batches != [[batch.tolist() for batch in step] for step, _ in zip(isolated.sampler, range(3))]
+
+
+def test_isolated_runs_never_load_installed_packages(monkeypatch):
+    """A hostile review (26 November 2026): an installed package's entry point was imported into the training
+    process under --isolate, and its module code could replace the noise's secret key."""
+    loaded = []
+
+    class Entry:
+        def load(self):
+            loaded.append(True)
+            raise AssertionError("an installed package's code ran in the training process")
+
+    monkeypatch.setattr(registry, "_entry_points", lambda group, path: (Entry(),))
+    method, task = engine.registered("dpsgd", "digits", [], isolate=True)
+    assert (method.name, task.name, loaded) == ("dpsgd", "digits", [])
 
 
 def test_the_training_process_never_imports_the_plugin(tmp_path):

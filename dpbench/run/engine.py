@@ -139,13 +139,15 @@ def registered(method: str, task: str, plugins: list[str], isolate: bool = False
     """The method and task classes of these names (plugin folders included); unknown names are refused.
 
     ``isolate``: this process never imports the plugin folders: a plugin method is described by a spawned process
-    (:func:`dpbench.run.isolation.describe`), and tasks come from dpbench and installed packages only."""
+    (:func:`dpbench.run.isolation.describe`), and tasks come from dpbench only: installed packages' entry points are
+    not loaded either, as their module code would run here."""
     plugin_dirs = registry.plugin_dirs(plugins)
     if isolate:
-        methods, tasks = registry.methods([]), registry.tasks([])
+        methods, tasks = registry.methods([], installed=False), registry.tasks([], installed=False)
         if task not in tasks:
-            raise UsageError(f"unknown task {task!r} with --isolate (a plugin folder's tasks are not loaded: the "
-                             f"training process never imports plugin code); available: {', '.join(tasks)}")
+            raise UsageError(f"unknown task {task!r} with --isolate (plugin folders' and installed packages' tasks are "
+                             f"not loaded: the training process never imports plugin code); available: "
+                             f"{', '.join(tasks)}")
         if method in methods:
             return methods[method], tasks[task]
         return isolation.describe(method, plugin_dirs), tasks[task]
