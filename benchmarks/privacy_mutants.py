@@ -49,8 +49,8 @@ class Mutant:
 
 MUTANTS = [
     Mutant("rate-2q", "sampling", "the Poisson sampler draws at 2q; record, calibration and ledger keep q",
-           "dpbench/run/engine.py", "sampler = PoissonSampler(n, sample_rate, steps_per_epoch, per_step, spec.seed)",
-           "sampler = PoissonSampler(n, min(1.0, 2 * sample_rate), steps_per_epoch, per_step, spec.seed)",
+           "dpbench/run/engine.py", "sampler = PoissonSampler(n, sample_rate, steps_per_epoch, per_step, sampler_seed)",
+           "sampler = PoissonSampler(n, min(1.0, 2 * sample_rate), steps_per_epoch, per_step, sampler_seed)",
            first="tests/test_guards.py"),
     Mutant("epoch-replay", "sampling", "every epoch replays epoch 0's batches (the bug fixed on 22 November 2026)",
            "dpbench/privacy/sampling.py", 'return streams.generator(seed, "sampler", epoch)',
@@ -415,9 +415,8 @@ MUTANTS = [
            first="tests/test_isolation.py::test_isolated_noise_has_a_secret_key_written_nowhere"),
     Mutant("isolation-record-no-noise-coins", "isolation", "an isolated run's record does not say its noise coins "
            "are secret", "dpbench/run/engine.py",
-           '        **({"noise_coins": "secret"} if spec.isolate and method.private else {}),  '
-           '# PrivateTraining.noise_seed\n',
-           "", first="tests/test_isolation.py::test_isolated_noise_has_a_secret_key_written_nowhere"),
+           '**({"noise_coins": "secret", "sampler_coins": "secret"} if spec.isolate and method.private else {}),',
+           '**({"sampler_coins": "secret"} if spec.isolate and method.private else {}),', first="tests/test_isolation.py::test_isolated_noise_has_a_secret_key_written_nowhere"),
     Mutant("isolation-keeps-checkpoints", "isolation", "--isolate with checkpoints is not refused (a checkpoint "
            "would hold the noise's key)", "dpbench/run/engine.py",
            '    if spec.checkpoint_dir or spec.resume:\n        raise UsageError("--isolate keeps no checkpoints',
