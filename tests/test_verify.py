@@ -443,7 +443,7 @@ def test_a_tuned_record_charging_another_k_distribution_than_its_config_fails(tm
     epsilon = float(rdp.compute_epsilon(orders, total, found["delta"])[0])
     assert epsilon < found["epsilon"] * 0.9
     cheaper = forged(found, **{"tuning.k_distribution": lambda _: lowered, "epsilon": lambda _: epsilon})
-    assert problems_of(tmp_path, cheaper) == [f"tuning.k_distribution is {lowered!r} but tune.config.k_distribution "
+    assert problems_of(tmp_path, cheaper) == [f"tuning.k_distribution is {lowered!r} but tuning.config.k_distribution "
                                               f"is {tuned['config']['k_distribution']!r}"]
 
 
