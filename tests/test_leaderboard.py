@@ -15,6 +15,7 @@ from dpbench.board.published import PUBLISHED
 from dpbench.cli import main
 from dpbench.results import store
 from dpbench.results.records import LEDGER_VERSION
+from dpbench.trust.audit import CANARY_DESIGN
 
 CHROMIUM = shutil.which("chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -321,6 +322,7 @@ def test_runs_of_different_code_never_share_a_cell_and_plugins_are_marked(capsys
     # A passing white-box audit of one version marks that version only, as evidence: it stays unverified.
     store.append({"kind": "audit", "run_id": "audit1", "task": "digits", "method": "mine", "passed": True,
                   "threat_model": "white-box", "ledger_version": LEDGER_VERSION, "data_id": "digits",
+                  "canary_design": CANARY_DESIGN,
                   "created_at": "2025-01-01T00:00:00+00:00", "code": plugin("a" * 64)})
     text = markdown(capsys)
     assert " mine [external plugin, unverified: in-process plugin, audit passed] (code aaaaaaaa) " in text

@@ -138,17 +138,17 @@ class Killer:
     checkpoint at or after a random step is written, plus a random delay, so that the kill lands between
     checkpoints (sometimes inside a write). A fresh interpreter, not a fork of this one: a forked child of a process
     whose OpenMP pool has run deadlocks in its first parallel region (libgomp is not fork-safe), which hung CI. It
-    runs with this process's thread count (the resume check compares it). Watches from a thread, so that the test
-    can compute the uninterrupted run meanwhile."""
+    inherits this process's environment, so it chooses its threads by the same rule as the in-process runs (the
+    resume check compares the count). Watches from a thread, so that the test can compute the uninterrupted run
+    meanwhile."""
 
     def __init__(self, args: list[str], folder: Path, total_steps: int, rng: random.Random):
         self.folder, self.target, self.rng = folder, rng.randint(1, total_steps // 2), rng
         self.log = folder.parent / "killed.stderr"
         argv = [sys.executable, "-m", "dpbench", "run", *args, "--checkpoint-dir", str(folder),
                 "--checkpoint-every", str(rng.randint(2, 9)), "--no-wandb"]
-        env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
         with open(self.log, "w") as err:
-            self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env)
+            self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
         self.thread = threading.Thread(target=self._watch)
         self.thread.start()
 
