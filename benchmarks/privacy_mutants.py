@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 #: The privacy part of the suite, in the order that catches most mutants soonest.
 PRIVACY_TESTS = ["tests/test_guards.py", "tests/test_cache.py", "tests/test_streams.py", "tests/test_privacy.py", "tests/test_engine.py",
-                 "tests/test_sampling.py", "tests/test_clipping.py", "tests/test_ghost.py", "tests/test_multiseed.py",
+                 "tests/test_sampling.py", "tests/test_clipping.py", "tests/test_ghost.py", "tests/test_nonfinite.py", "tests/test_multiseed.py",
                  "tests/test_tuning.py", "tests/test_tuning_privacy.py", "tests/test_output_perturbation.py",
                  "tests/test_amp.py", "tests/test_cli.py", "tests/test_adaclip.py", "tests/test_ada_dp.py",
                  "tests/test_dpadam.py", "tests/test_mnist_tasks.py", "tests/test_isolation.py",
@@ -460,6 +460,29 @@ MUTANTS = [
            "dpbench/privacy/clipping.py",
            "        if not all(bool(t.isfinite().all()) for t in [*self.shift, *self.scale]):", "        if False:",
            first="tests/test_isolation.py::test_an_isolated_transform_that_is_not_finite_and_positive_is_refused"),
+    Mutant("nonfinite-factor", "clipping", "an example whose norm is not finite keeps its clip factor (NaN: the "
+           "release is NaN, a noise-free membership bit)", "dpbench/privacy/clipping.py",
+           "    return torch.where(norms.isfinite(), factors, 0.0)", "    return factors",
+           first="tests/test_nonfinite.py"),
+    Mutant("nonfinite-vmap-rows", "clipping", "the reference clipper multiplies a dropped example's non-finite "
+           "gradient by its factor 0 (NaN)", "dpbench/privacy/clipping.py",
+           "        grads = [torch.where(kept.view(-1, *[1] * (g.dim() - 1)), g, 0.0) for g in grads]", "",
+           first="tests/test_nonfinite.py"),
+    Mutant("nonfinite-ghost-rows", "clipping", "the fast clipper leaves a dropped example's non-finite rows in the "
+           "sum (factor 0 times inf: NaN)", "dpbench/privacy/ghost.py", "            if not bool(kept.all()):",
+           "            if False:", first="tests/test_nonfinite.py"),
+    Mutant("nonfinite-batched", "clipping", "the batched closed form keeps a pair whose gradient is not finite",
+           "dpbench/run/multiseed.py",
+           "    kept, (output_grads,) = keep_finite([output_grads], len(output_grads))",
+           "    kept = torch.ones(len(output_grads), dtype=torch.bool)", first="tests/test_nonfinite.py"),
+    Mutant("nonfinite-batched-factor", "clipping", "the batched closed form zeroes a dropped pair's gradient but not "
+           "its factor", "dpbench/run/multiseed.py",
+           "    factors = torch.where(kept, clip_factors(", "    factors = (lambda f: f)(clip_factors(",
+           first="tests/test_nonfinite.py"),
+    Mutant("nonfinite-data", "clipping", "training features that are not finite are accepted (the batched closed "
+           "form does not zero a data row)", "dpbench/data/taskdata.py",
+           "x.layout == torch.strided and not bool(x.isfinite().all()):", "False:",
+           first="tests/test_nonfinite.py"),
 ]
 
 

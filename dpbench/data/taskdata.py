@@ -30,6 +30,13 @@ class TaskData:
     note: str | None = None
     private_releases: tuple[DataRelease, ...] = ()
 
+    def __post_init__(self) -> None:
+        # The clippers drop an example whose gradient is not finite (dpbench.privacy.clipping.keep_finite); a
+        # feature that is not finite is a defect of the data, refused here rather than silently dropped.
+        x = self.x_train
+        if x.is_floating_point() and x.layout == torch.strided and not bool(x.isfinite().all()):
+            raise ValueError(f"{self.data_id}: a training feature is not finite (NaN or infinite)")
+
     @property
     def n_train(self) -> int:
         return len(self.x_train)

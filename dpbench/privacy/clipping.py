@@ -56,13 +56,41 @@ class PerExampleClipper(Protocol):
 
 def clip_factors(norms: torch.Tensor, max_norm: float | torch.Tensor, scale: float = 1.0) -> torch.Tensor:
     """scale · min(1, C/‖g‖) per example (Abadi et al. 2016, Algorithm 1), as scale · C / max(‖g‖, C); scale for
-    C = inf. ``max_norm`` may be one C per example."""
+    C = inf. ``max_norm`` may be one C per example. An example whose norm is not finite gets 0: see
+    :func:`keep_finite`."""
     if not torch.is_tensor(max_norm):
         if math.isinf(max_norm):
-            return torch.full_like(norms, scale)
-        return (max_norm * scale) / norms.clamp_min(max_norm)
-    ratio = max_norm / torch.maximum(norms, max_norm)
-    return torch.where(torch.isinf(max_norm), 1.0, ratio) * scale  # C = inf: not clipped (a non-private run)
+            factors = torch.full_like(norms, scale)
+        else:
+            factors = (max_norm * scale) / norms.clamp_min(max_norm)
+    else:
+        ratio = max_norm / torch.maximum(norms, max_norm)
+        factors = torch.where(torch.isinf(max_norm), 1.0, ratio) * scale  # C = inf: not clipped (a non-private run)
+    return torch.where(norms.isfinite(), factors, 0.0)
+
+
+def keep_finite(tensors: list[torch.Tensor], examples: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """(which examples to keep, ``tensors`` with every row of the others zeroed): an example is dropped where any of
+    ``tensors`` (first dimension: the ``examples``) holds a value that is not finite in its rows.
+
+    An example whose gradient overflows or is NaN (its loss overflowed under the current parameters) would make the
+    whole release NaN or infinite, noise included: a noise-free bit saying whether it was in the batch, which a
+    method (an isolated one chooses the parameters) can aim at one example. So the clippers drop it: its rows are
+    zeroed, before any product with its clip factor, and its clip factor is 0 (as :func:`clip_factors` gives an
+    example whose norm is not finite), so it contributes nothing, as if clipped to norm 0 (within sensitivity C).
+    Sparse and integer tensors (data rows, token ids) pass unchanged."""
+    checked = [t for t in tensors if t.is_floating_point() and t.layout == torch.strided]
+    kept = torch.ones(examples, dtype=torch.bool, device=checked[0].device if checked else None)
+    for t in checked:
+        kept &= t.reshape(examples, -1).isfinite().all(1)
+    return kept, zero_rows(tensors, kept)
+
+
+def zero_rows(tensors: list[torch.Tensor], kept: torch.Tensor) -> list[torch.Tensor]:
+    """``tensors`` (first dimension: the examples) with the rows of the examples not ``kept`` zeroed, new tensors;
+    sparse and integer ones unchanged."""
+    return [torch.where(kept.view(-1, *[1] * (t.dim() - 1)), t, 0.0)
+            if t.is_floating_point() and t.layout == torch.strided else t for t in tensors]
 
 
 class VmapClipper:
@@ -89,7 +117,9 @@ class VmapClipper:
         if transform is not None:
             grads = transform(grads)
         norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads))
-        factors = clip_factors(norms, max_norm, scale)
+        factors = clip_factors(norms, max_norm, scale)  # 0 where a norm is not finite; then its rows are zeroed
+        kept = norms.isfinite()
+        grads = [torch.where(kept.view(-1, *[1] * (g.dim() - 1)), g, 0.0) for g in grads]
         for total, g in zip(sums, grads):
             total.add_(torch.einsum("b,b...->...", factors, g))
         return sums, norms

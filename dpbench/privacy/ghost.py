@@ -24,7 +24,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from dpbench.data import rows
-from dpbench.privacy.clipping import CoordinateAffine, PerExampleClipper, Transform, VmapClipper, clip_factors
+from dpbench.privacy.clipping import (CoordinateAffine, PerExampleClipper, Transform, VmapClipper, clip_factors,
+                                     zero_rows)
 
 if TYPE_CHECKING:  # a privacy module names the task contract as a type only
     from dpbench.task import Task
@@ -210,7 +211,8 @@ def affine_clipped_sum(a: torch.Tensor, g: torch.Tensor, factors: torch.Tensor, 
         totals.float(), shift.abs()).div_(scale)  # float32: an overflow to inf only sends the run to the exact sum
     rounding = 1 + 2 * (a.shape[1] + shift[0].numel() + 8) * 2.0**-24
     error_norms = gamma * rounding * magnitudes.flatten(1).norm(dim=1)
-    contributions = factors * sq_norms.clamp_min(0).sqrt()  # a scale for the tolerance: float32 will do
+    # a scale for the tolerance (float32 will do); a dropped example (c_i = 0, its norm perhaps not finite) has none
+    contributions = torch.where(factors > 0, factors * sq_norms.clamp_min(0).sqrt(), 0.0)
     largest = contributions.amax(1) if a.shape[1] else contributions.new_zeros(len(a))
     for run in (error_norms > SUM_TOLERANCE * largest).nonzero().flatten().tolist():
         value[run] = 0
@@ -422,14 +424,33 @@ class GhostClipper:
                           "example; using the vmap reference path")
             return VmapClipper().clipped_sum(task, x, y, max_norm, transform, scale, into)
         output_grads = torch.autograd.grad(losses.sum(), [output for _, _, output in recorded])
+        saved, rules = [saved for _, saved, _ in recorded], [rule for rule, _, _ in recorded]
         with torch.no_grad():
-            per_layer = [rule.backward(saved, g, affine) for (rule, saved, _), g in zip(recorded, output_grads)]
+            per_layer = [rule.backward(one, g, affine) for rule, one, g in zip(rules, saved, output_grads)]
             norms = sum(sq_norms for sq_norms, _ in per_layer).clamp_min(0).sqrt()
+            # An example whose norm is not finite gets factor 0 (clipping.keep_finite says why). A finite norm
+            # implies finite rows in every tensor the sum reads (each rule's norm multiplies or sums them all), so
+            # only a batch with such an example, which an honest run almost never meets, has its rows zeroed and
+            # its layer rules rerun, lest 0 · inf make the sum NaN.
+            kept = norms.isfinite()
+            if not bool(kept.all()):
+                saved, output_grads = _zero_rows(saved, list(output_grads), kept)
+                per_layer = [rule.backward(one, g, affine) for rule, one, g in zip(rules, saved, output_grads)]
             factors = clip_factors(norms, max_norm, scale)
             by_parameter = dict(zip(trainable, sums))
             for _, clipped in per_layer:
                 clipped(factors, by_parameter)
         return sums, norms
+
+
+def _zero_rows(saved: list, output_grads: list[torch.Tensor], kept: torch.Tensor) -> tuple[list, list[torch.Tensor]]:
+    """The layers' records (a tensor or a tuple of tensors and None each) and output gradients, the rows of the
+    examples not ``kept`` zeroed (:func:`~dpbench.privacy.clipping.zero_rows`)."""
+    shapes = [one if isinstance(one, tuple) else (one,) for one in saved]
+    rest = iter(zero_rows([t for parts in shapes for t in parts if t is not None] + output_grads, kept))
+    records = [tuple(None if t is None else next(rest) for t in parts) for parts in shapes]
+    records = [parts if isinstance(original, tuple) else parts[0] for parts, original in zip(records, saved)]
+    return records, list(rest)
 
 
 def make_clipper(model: nn.Module, transform: Transform | None = None) -> PerExampleClipper:

@@ -43,7 +43,7 @@ from torch import nn
 from dpbench.data import rows
 from dpbench.errors import UsageError
 from dpbench.method import ReleaseMethod, stacked
-from dpbench.privacy.clipping import CoordinateAffine, clip_factors
+from dpbench.privacy.clipping import CoordinateAffine, clip_factors, keep_finite
 from dpbench.privacy.ghost import affine_clipped_sum, affine_sq_norm_bound
 from dpbench.privacy.sampling import IndexedTensors
 from dpbench.results import tracking
@@ -134,6 +134,7 @@ def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: to
     with torch.enable_grad():  # ∂ℓ/∂z of every pair, (P, K)
         losses = task.per_example_loss(logits, data.y.index_select(0, example_of_pair))
         output_grads, = torch.autograd.grad(losses.sum(), logits)
+    kept, (output_grads,) = keep_finite([output_grads], len(output_grads))  # a pair whose loss overflowed: nothing
     if affine:  # ‖(G_i − M)/S‖ as the fast clipper computes it (dpbench.privacy.ghost), every run's pairs at once
         shifts, divisors = ([torch.stack(parts) for parts in zip(*(getattr(t, side) for t in transforms))]
                            for side in ("shift", "scale"))
@@ -145,7 +146,8 @@ def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: to
     else:
         norms = (output_grads.square().sum(1) * input_sq.index_select(0, example_of_pair)).sqrt()
     # each run's clip factors, its sum divided by its B
-    factors = clip_factors(norms, clips.index_select(0, run_of_pair), scales.index_select(0, run_of_pair))
+    factors = torch.where(kept, clip_factors(norms, clips.index_select(0, run_of_pair),
+                                             scales.index_select(0, run_of_pair)), 0.0)
     if affine:  # Σ_i c_i (G_i − M)/S with a bounded rounding error, as the fast clipper computes it; weight and
         # bias at once, the bias as a weight on an input column of ones
         table = factors.new_zeros(filled.shape).masked_scatter_(filled, factors)
