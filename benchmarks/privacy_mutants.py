@@ -479,6 +479,14 @@ MUTANTS = [
            "its factor", "dpbench/run/multiseed.py",
            "    factors = torch.where(kept, clip_factors(", "    factors = (lambda f: f)(clip_factors(",
            first="tests/test_nonfinite.py"),
+    Mutant("plugin-bytecode", "isolation", "plugin files are imported through Python's import system, which runs a "
+           "__pycache__ file in place of the hashed source", "dpbench/registry.py",
+           'exec(compile(source, str(path), "exec", dont_inherit=True), module.__dict__)',
+           "importlib.util.spec_from_file_location(name, path).loader.exec_module(module)",
+           first="tests/test_isolation.py::test_plugins_run_their_hashed_source_never_cached_bytecode"),
+    Mutant("isolation-unpinned", "isolation", "the isolated process reads the plugin files again after the parent "
+           "hashed them", "dpbench/run/isolation.py", "        registry.pin_sources(sources)\n        method_class",
+           "        method_class", first="tests/test_isolation.py::test_an_isolated_process_runs_the_bytes_the_parent_hashed"),
     Mutant("nonfinite-data", "clipping", "training features that are not finite are accepted (the batched closed "
            "form does not zero a data row)", "dpbench/data/taskdata.py",
            "x.layout == torch.strided and not bool(x.isfinite().all()):", "False:",

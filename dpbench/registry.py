@@ -36,23 +36,37 @@ def _classes_in(module: ModuleType, base: type) -> list[type]:
     ]
 
 
+#: {path: source} that plugin files are compiled from instead of the disk (:func:`pin_sources`); None: the disk.
+_PINNED: dict[str, bytes] | None = None
+
+
+def pin_sources(sources: dict[str, bytes]) -> None:
+    """From now on, in this process, load plugin files only from ``sources`` ({resolved path: bytes}), never from
+    the disk: an isolated method's process (:mod:`dpbench.run.isolation`) runs exactly the bytes its parent hashed,
+    whatever happened to the files since. A plugin folder's files are then the pinned paths in it."""
+    global _PINNED
+    _PINNED = dict(sources)
+
+
 def _load_file(path: Path) -> ModuleType:
     """A plugin file as module ``dpbench_plugin_<stem>_<hash of its path>``, registered in ``sys.modules`` (so that
-    its classes' source files can be found and hashed for the record's ``code``); imported again only when the file
-    changed (its modification time or size), so that a sweep does not import it once per run."""
+    its classes' source files can be found and hashed for the record's ``code``); imported again only when its
+    bytes changed, so that a sweep does not import it once per run."""
     path = path.resolve()
-    stat = path.stat()
-    return _import_file(path, stat.st_mtime_ns, stat.st_size)
+    return _import_source(path, _PINNED[str(path)] if _PINNED is not None else path.read_bytes())
 
 
 @functools.lru_cache(maxsize=None)
-def _import_file(path: Path, modified_ns: int, size: int) -> ModuleType:
+def _import_source(path: Path, source: bytes) -> ModuleType:
+    """Compiled from ``source`` itself, never from cached bytecode: a ``__pycache__`` file beside the plugin (even
+    one whose header matches the source's time and size, or an unchecked hash-based one) would otherwise run code
+    that is not the hashed source."""
     name = f"{PLUGIN_MODULES}{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader=None, origin=str(path)))
+    module.__file__ = str(path)
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        exec(compile(source, str(path), "exec", dont_inherit=True), module.__dict__)  # noqa: S102 - the plugin
     except BaseException as error:
         del sys.modules[name]
         if isinstance(error, Exception):  # a plugin that does not import: one line, not a traceback
@@ -65,9 +79,13 @@ def _plugin_files(folder: Path) -> list[ModuleType]:
     """The plugin files of a folder, imported; a folder that is missing, or defines no method or task with a name,
     is refused (a typo in --plugins would otherwise run silently without the plugin), and a plugin class without a
     ``name`` is named in a warning (it is not registered)."""
-    if not folder.is_dir():
+    if _PINNED is not None:
+        paths = sorted(Path(path) for path in _PINNED if Path(path).parent == folder.resolve())
+    elif not folder.is_dir():
         raise RegistryError(f"plugin folder {folder} does not exist")
-    modules = [_load_file(path) for path in sorted(folder.glob("*.py"))]
+    else:
+        paths = sorted(folder.glob("*.py"))
+    modules = [_load_file(path) for path in paths]
     named = 0
     for module in modules:
         for _, cls in inspect.getmembers(module, inspect.isclass):

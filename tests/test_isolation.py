@@ -1,18 +1,21 @@
 """Isolated methods (dpbench/run/isolation.py): the method's process cannot reach the training data nor the noise,
 computes what the in-process method computes, and the board marks plugins by how they ran (issue 31, item 3)."""
+import importlib.util
 import json
 import os
+import py_compile
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from dpbench import registry
 from dpbench.board import leaderboard
 from dpbench.errors import UsageError
-from dpbench.method import Method
+from dpbench.method import GradientMechanism, Method
 from dpbench.methods.dpsgd import DPSGD
 from dpbench.privacy import streams
 from dpbench.results import records, store
@@ -341,3 +344,42 @@ def test_an_isolated_transform_that_is_not_finite_and_positive_is_refused(tmp_pa
     with pytest.raises(UsageError, match="sent a per-example transform that (is not finite|has a scale that is not "
                                          "positive): refused"):
         run("bad_transform", "digits", isolate=True, plugins=[str(tmp_path)], overrides={"epochs": 1})
+
+
+MINE = """
+from dpbench.methods.dpsgd import DPSGD
+
+
+class Mine(DPSGD):
+    name = "mine"
+    description = "DESCRIPTION"
+"""
+
+
+def test_plugins_run_their_hashed_source_never_cached_bytecode(tmp_path):
+    """The registry imported plugin files through Python's import system, which runs a ``__pycache__`` file in
+    place of its source when its header says so (an unchecked hash-based .pyc is never compared with the source):
+    code that is not the hashed source ran, in process and in the isolated processes."""
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (tmp_path / "other.py").write_text(MINE.replace("DESCRIPTION", "from bytecode"))
+    (folder / "mine.py").write_text(MINE.replace("DESCRIPTION", "from source"))
+    py_compile.compile(str(tmp_path / "other.py"), cfile=importlib.util.cache_from_source(str(folder / "mine.py")),
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    assert registry.methods([folder])["mine"].description == "from source"
+    assert isolation.describe("mine", [folder]).description == "from source"
+
+
+def test_an_isolated_process_runs_the_bytes_the_parent_hashed(tmp_path):
+    """The isolated process read the plugin files again after the parent hashed them: a file rewritten meanwhile
+    ran unhashed. It is now given the hashed bytes and compiles only those."""
+    (tmp_path / "mine.py").write_text(MINE.replace("DESCRIPTION", "hashed"))
+    method = isolation.describe("mine", [tmp_path])
+    (tmp_path / "mine.py").write_text("raise SystemExit('rewritten after hashing')\n")
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    isolated = isolation.IsolatedMethod(method, params, {"lr": 0.1, "momentum": 0.0, "weight_decay": 0.0,
+                                                         "halve_at": 0.0, "epochs": 1, "batch_size": 4, "clip": 1.0}, GradientMechanism(1.0, 1.0, 4.0))
+    try:
+        assert isolated.transform == "identity"
+    finally:
+        isolated.close()

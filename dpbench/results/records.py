@@ -72,6 +72,13 @@ def _sha256_of(path: str, modified_ns: int, size: int) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def plugin_sources(folders: list[Path]) -> dict[str, bytes]:
+    """{resolved path: bytes} of every ``*.py`` file of plugin ``folders``, read once (an isolated method's process
+    is given these bytes, and their hashes go in the record: :mod:`dpbench.run.isolation`)."""
+    return {str(path): path.read_bytes()
+            for folder in folders for path in sorted(p.resolve() for p in Path(folder).glob("*.py"))}
+
+
 def plugin_files(folders: list[Path]) -> dict[str, str]:
     """{path: sha256} of every ``*.py`` file of plugin ``folders``: what ``dpbench.registry`` imports from them."""
     return {str(path): file_sha256(str(path))

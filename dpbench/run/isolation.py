@@ -8,7 +8,9 @@ In one Python process a method can always reach the data (closures, ``gc``, stac
   process and returns the method's public class attributes as JSON, from which the parent builds a stand-in class
   (:func:`stand_in`) for planning and accounting; the record's ``code`` hashes every ``*.py`` file of the plugin
   folders, read by the parent before any plugin code runs (the child names only its class's file, which must be
-  one of them, and the built-in methods it derives from, whose files the parent finds in dpbench);
+  one of them, and the built-in methods it derives from, whose files the parent finds in dpbench); the children
+  are given those bytes and compile only them (:func:`dpbench.registry.pin_sources`), never a file read later nor
+  cached bytecode;
 * :class:`IsolatedMethod` takes the method's place in :class:`~dpbench.run.training.PrivateTraining`. It starts the
   method in a process of the ``spawn`` start method (a fresh interpreter: nothing of the parent is inherited but
   the arguments it is given) and hands it only: the trainable parameters' shapes, dtypes and values, ``hp``, the
@@ -42,8 +44,8 @@ Limits, said plainly: the child is a process, not a sandbox (no seccomp, namespa
 files, including a dataset's files on disk, so "isolated" means the method never shared memory with the run's
 training data (nor saw which rows, or which audit canaries, it holds), not that it cannot read public files. A
 child with ``CAP_SYS_PTRACE`` (root has it) can read and write the parent's memory, the noise's key included;
-root without it still reads its environment. It can rewrite the plugin's files after the parent hashed them;
-code it imports from outside its folders and dpbench is not hashed. The noise samplers are not cryptographic
+root without it still reads its environment. Code the plugin itself imports from outside its folders' ``*.py``
+files and dpbench (another package, a file it opens) is not hashed. The noise samplers are not cryptographic
 generators (a 64-bit key). Tasks from plugin folders, checkpoints, several devices and batched seeds are not
 supported with ``--isolate``. Records are as trustworthy as the store they come from.
 """
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import importlib.util
 import inspect
 import json
@@ -129,8 +132,9 @@ def _receive(conn) -> dict[str, Any]:
     return message
 
 
-def _describe_child(conn, name: str, folders: list[str]) -> None:
+def _describe_child(conn, name: str, folders: list[str], sources: dict[str, bytes]) -> None:
     try:
+        registry.pin_sources(sources)
         methods = registry.methods([Path(folder) for folder in folders])
         if name not in methods:
             _send(conn, {"usage": f"unknown method {name!r}; available: {', '.join(methods)}"})
@@ -151,9 +155,11 @@ def _describe_child(conn, name: str, folders: list[str]) -> None:
 def describe(name: str, folders: list[Path]) -> type[Method]:
     """The stand-in class of method ``name`` from the plugin ``folders``, loaded in a spawned process (the parent
     never imports the plugins' code; it hashes their files first)."""
-    files = records.plugin_files(folders)
+    sources = records.plugin_sources(folders)
+    files = {path: hashlib.sha256(source).hexdigest() for path, source in sources.items()}
     parent, child = _CONTEXT.Pipe()
-    process = _CONTEXT.Process(target=_describe_child, args=(child, name, [str(f) for f in folders]), daemon=True)
+    process = _CONTEXT.Process(target=_describe_child, args=(child, name, [str(f) for f in folders], sources),
+                               daemon=True)
     _start(process)
     child.close()
     try:
@@ -169,7 +175,7 @@ def describe(name: str, folders: list[Path]) -> type[Method]:
         raise UsageError(f"plugin method {name}: {reply['error']}")
     if reply["attributes"]["name"] != name:
         raise UsageError(f"plugin method {name}: its isolated process described {reply['attributes']['name']!r}")
-    return stand_in(reply, [str(f) for f in folders], files)
+    return stand_in(reply, [str(f) for f in folders], files, sources)
 
 
 def _built_in_files(modules: list[str]) -> list[str]:
@@ -179,7 +185,8 @@ def _built_in_files(modules: list[str]) -> list[str]:
             if isinstance(module, str) and module in known]
 
 
-def stand_in(facts: dict[str, Any], folders: list[str], files: dict[str, str]) -> type[Method]:
+def stand_in(facts: dict[str, Any], folders: list[str], files: dict[str, str],
+             sources: dict[str, bytes]) -> type[Method]:
     """A :class:`~dpbench.method.Method` subclass with the described method's public attributes, marked as isolated
     (``isolated_folders``) and carrying its ``code`` for the record: the sha256 over ``files`` (the plugin folders'
     files, :func:`dpbench.results.records.plugin_files`, hashed before the child ran) and the files of the built-in
@@ -193,7 +200,7 @@ def stand_in(facts: dict[str, Any], folders: list[str], files: dict[str, str]) -
     hashed = {**files, **{path: records.file_sha256(path) for path in _built_in_files(facts["built_in"])}}
     # Built-in methods never get here (dpbench.run.engine.registered): whatever the child says of its module's name (a
     # plugin can call itself dpbench.methods.x), a described method is an external plugin.
-    attributes = dict(facts["attributes"], isolated_folders=tuple(folders),
+    attributes = dict(facts["attributes"], isolated_folders=tuple(folders), isolated_sources=sources,
                       code={"name": name, "file": facts["file"], "external": True,
                             "sha256": records.combined_sha256(hashed)})
     if facts["transforms"]:  # the engine checks for an override (fast clipping path, sparse inputs)
@@ -240,12 +247,13 @@ def _transform_of(method: Method, shift: list[torch.Tensor], scale: list[torch.T
     return "affine"
 
 
-def _serve(conn, name: str, folders: list[str], layout, buffers, hp: dict[str, Any],
+def _serve(conn, name: str, folders: list[str], sources: dict[str, bytes], layout, buffers, hp: dict[str, Any],
            mechanism: GradientMechanism, threads: int) -> None:
     """The isolated process: set the method up on copies of the parameters' values, then run its steps."""
     torch.set_num_threads(threads)  # as many as the parent uses
     values, gradients, shift, scale = (_views(flat, layout) for flat in buffers)
     try:
+        registry.pin_sources(sources)
         method_class = registry.methods([Path(f) for f in folders])[name]
         params = [torch.nn.Parameter(value.clone()) for value in values]
         try:
@@ -310,7 +318,8 @@ class IsolatedMethod:
         self.conn, child = _CONTEXT.Pipe()
         self.process = _CONTEXT.Process(
             target=_serve, daemon=True,
-            args=(child, method_class.name, list(getattr(method_class, "isolated_folders", ())), layout, buffers,
+            args=(child, method_class.name, list(getattr(method_class, "isolated_folders", ())),
+                  dict(getattr(method_class, "isolated_sources", {})), layout, buffers,
                   dict(hp), mechanism, torch.get_num_threads()))
         _start(self.process)
         child.close()
