@@ -251,22 +251,27 @@ def test_noise_divided_by_10_moves_the_bound_but_is_not_caught(mirror, noise_div
 # --- the board's rule -----------------------------------------------------------------------------------------
 
 def fake_audit(sha, task, passed, threat_model="white-box", ledger_version=audit.records.LEDGER_VERSION,
-               design=audit.CANARY_DESIGN):
+               design=audit.CANARY_DESIGN, isolation="in-process"):
     return {"kind": "audit", "task": task, "passed": passed, "threat_model": threat_model,
-            "ledger_version": ledger_version, "canary_design": design,
+            "ledger_version": ledger_version, "canary_design": design, "isolation": isolation,
             "code": {"method": {"sha256": sha, "external": True}}}
 
 
 def test_audit_status_and_the_board_mark():
     records = [fake_audit("a", "digits", True), fake_audit("a", "adult", True), fake_audit("a", "adult", False),
                fake_audit("b", "digits", True, "black-box"), fake_audit("c", "digits", True, ledger_version=1),
-               {"kind": "run", "task": "digits"}]
+               fake_audit("d", "digits", True, isolation="process"), {"kind": "run", "task": "digits"}]
     status = audit.audit_status(records)
-    assert status == {("a", "digits"): "passed", ("a", "adult"): "failed"}
+    assert status == {("a", "digits", "in-process"): "passed", ("a", "adult", "in-process"): "failed",
+                      ("d", "digits", "process"): "passed"}
     run = {"task": "digits", "code": {"method": {"sha256": "a", "external": True}}}
     # an in-process plugin is never more than unverified, whatever its audit; the audit is shown as evidence
     assert audit.board_mark(run, status) == "unverified: in-process plugin, audit passed"
-    assert audit.board_mark({**run, "isolation": "process"}, status) == "isolated, audit passed"
+    # an audit run in process says nothing of the isolated runs, nor the reverse
+    assert audit.board_mark({**run, "isolation": "process"}, status) == "isolated, unaudited"
+    isolated = {**run, "code": {"method": {"sha256": "d", "external": True}}}
+    assert audit.board_mark({**isolated, "isolation": "process"}, status) == "isolated, audit passed"
+    assert audit.board_mark(isolated, status) == "unverified: in-process plugin, unaudited"
     assert audit.board_mark({**run, "task": "adult"}, status) == "unverified: in-process plugin, audit failed"
     assert audit.board_mark({**run, "code": {"method": {"sha256": "b", "external": True}}}, status) == \
         "unverified: in-process plugin, unaudited"
@@ -283,6 +288,31 @@ def test_a_cheating_plugin_stays_unaudited_until_audited_and_then_fails(mirror, 
     run = {"task": "digits", "code": {"method": record["code"]["method"]}}
     assert audit.board_mark(run, status) == "unverified: in-process plugin, audit failed"
     assert audit.board_mark({**run, "task": "adult"}, status) == "unverified: in-process plugin, unaudited"
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_an_isolated_audit_draws_its_canaries_from_a_secret(monkeypatch, isolate):
+    """An isolated method can read the dataset's files and the seed on the command line: with canaries drawn from
+    the seed it could recompute which rows are canaries and which are in. Its audit draws them from a secret (an
+    in-process audit keeps the seed: the plugin holds the data anyway)."""
+    seeds = []
+
+    def stop(spec, replace_rows, callbacks):
+        seeds.append(replace_rows.__self__.seed)
+        raise _Stop
+
+    monkeypatch.setattr(audit.engine, "run", stop)
+    for _ in range(2):
+        with pytest.raises(_Stop):
+            audit.audit(audit.AuditSpec(method="dpsgd", task="digits", epsilon=1.0, seed=3, isolate=isolate))
+    if isolate:
+        assert 3 not in seeds and seeds[0] != seeds[1]
+    else:
+        assert seeds == [3, 3]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -224,8 +224,9 @@ class Table:
     neighbouring: str | None = None  # of every private run in the table: ε under other relations is not comparable
     cells: dict[tuple[Row, Column], Cell] = field(default_factory=dict)
     published: list[PublishedResult] = field(default_factory=list)
-    #: {(method code sha256, task): "passed" | "failed"} from audit records (``dpbench.trust.audit.audit_status``)
-    audits: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: {(method code sha256, task, isolation): "passed" | "failed"} from audit records
+    #: (``dpbench.trust.audit.audit_status``)
+    audits: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
     @property
     def direction(self) -> str | None:
@@ -306,7 +307,7 @@ class Table:
                 shown = [f"{key}={setting.get(key, '—')}" for key in differing]
                 if len(codes) > 1:  # the same method name, different code (an edited plugin)
                     shown.append(f"code {row.code[:8]}")
-                audit = self.audits.get((row.code, self.task), "unaudited")
+                audit = self.audits.get((row.code, self.task, row.isolation or "in-process"), "unaudited")
                 name = f"{row.method} [external plugin, {plugin_mark(row.isolation, audit)}]" \
                     if row.external else row.method
                 labels[row] = f"{name} ({', '.join(shown)})" if shown else name
@@ -341,7 +342,7 @@ def published_column(entry: PublishedResult) -> Column:
 
 
 def build_tables(records: list[dict[str, Any]], published: list[PublishedResult] = PUBLISHED,
-                 audits: dict[tuple[str, str], str] | None = None) -> list[Table]:
+                 audits: dict[tuple[str, str, str], str] | None = None) -> list[Table]:
     """Group records into tables (see the module docstring) and attach the published figures of their tasks and
     the audits of external plugins."""
     private: dict[tuple, Table] = {}

@@ -41,6 +41,7 @@ from dpbench.checks import check_seed
 from dpbench.choices import THREAT_MODELS
 from dpbench.errors import UsageError
 from dpbench.method import Method, ReleaseMethod
+from dpbench.privacy import streams
 from dpbench.results import records, store
 from dpbench.run import engine, isolation
 from dpbench.spec import RunSpec
@@ -148,7 +149,10 @@ def audit(spec: AuditSpec) -> dict[str, Any]:
     """Run the audit of ``spec``: one training run with canaries, the scores, the guesses and the bound. The record
     (``kind: "audit"``) is appended to the results store and returned."""
     method, task = _check(spec)
-    canaries = Canaries(spec.canaries, spec.seed)
+    # An isolated method can read the dataset's files and the command line's seed: from them it would recompute which
+    # rows are canaries and which are in, and could steer the scores of exactly those. Its audit draws them from a
+    # secret (as its noise and batches); an in-process plugin holds the data anyway.
+    canaries = Canaries(spec.canaries, streams.secret_seed() if spec.isolate else spec.seed)
     observer = OBSERVERS[spec.threat_model](canaries)
     run_spec = RunSpec(method=spec.method, task=spec.task, epsilon=spec.epsilon, delta=spec.delta, seed=spec.seed,
                        overrides=dict(spec.overrides), neighbouring="replace-one",
@@ -162,6 +166,7 @@ def audit(spec: AuditSpec) -> dict[str, Any]:
         "kind": "audit",
         "task": run["task"], "method": run["method"], "seed": spec.seed,
         "data_id": f"{run['data_id']}+{spec.canaries}-audit-canaries", "canary_design": CANARY_DESIGN,
+        "canary_coins": "secret" if spec.isolate else "seed",
         "threat_model": spec.threat_model,
         "epsilon_claimed": run["epsilon"], "epsilon_target": run["epsilon_target"], "delta": run["delta"],
         **result,
@@ -188,13 +193,15 @@ def _current_white_box(record: dict[str, Any]) -> bool:
             and record.get("canary_design") == CANARY_DESIGN)
 
 
-def audit_status(all_records: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
-    """{(method code sha256, task): "passed" | "failed"} over the audit records among ``all_records``.
+def audit_status(all_records: list[dict[str, Any]]) -> dict[tuple[str, str, str], str]:
+    """{(method code sha256, task, isolation): "passed" | "failed"} over the audit records among ``all_records``.
 
     The rule for the board: a cell of an external plugin (``record["code"]["method"]["external"]``) is
     "unaudited" unless a white-box audit of the current ledger version and canary design (:data:`CANARY_DESIGN`),
-    of the same method code hash, on the same task, passed; a failed audit of that code and task (any threat
-    model or design, current ledger version) marks it "failed", whatever passed. Only white-box passes count: a
+    of the same method code hash, on the same task, run the same way (in process, or isolated: ``isolation``),
+    passed; a failed audit of that code and task run that way (any threat model or design, current ledger version)
+    marks it "failed", whatever passed. (An audit of a plugin in process says nothing of how it behaves isolated,
+    where it cannot reach the data and sees other coins, nor the reverse.) Only white-box passes count: a
     black-box pass is weak evidence. An audit covers the code it ran and its hyperparameters; a plugin that behaves
     otherwise under other settings is not caught.
     """
@@ -202,7 +209,7 @@ def audit_status(all_records: list[dict[str, Any]]) -> dict[tuple[str, str], str
     for record in all_records:
         if record.get("kind") != "audit" or record.get("ledger_version") != records.LEDGER_VERSION:
             continue
-        key = (record["code"]["method"]["sha256"], record["task"])
+        key = (record["code"]["method"]["sha256"], record["task"], record.get("isolation") or "in-process")
         if not record["passed"]:
             status[key] = "failed"
         elif _current_white_box(record) and status.get(key) != "failed":
@@ -210,14 +217,15 @@ def audit_status(all_records: list[dict[str, Any]]) -> dict[tuple[str, str], str
     return status
 
 
-def board_mark(run: dict[str, Any], status: dict[tuple[str, str], str]) -> str | None:
+def board_mark(run: dict[str, Any], status: dict[tuple[str, str, str], str]) -> str | None:
     """What the board shows for a run's cell: None for a built-in method, else
     :func:`~dpbench.trust.marks.plugin_mark` of its isolation and its audit status ("passed", "failed",
     "unaudited"), the audit being evidence, never a certificate."""
     code = run.get("code", {}).get("method", {})
     if not code.get("external"):
         return None
-    return plugin_mark(run.get("isolation") or "in-process", status.get((code["sha256"], run["task"]), "unaudited"))
+    isolation = run.get("isolation") or "in-process"
+    return plugin_mark(isolation, status.get((code["sha256"], run["task"], isolation), "unaudited"))
 
 
 def summary(record: dict[str, Any]) -> str:
