@@ -231,63 +231,63 @@ MUTANTS = [
            first="tests/test_audit.py"),
     # issue 31: verify (plan counts, error bound, whole-record reruns) and the checkpoint's ledger
     Mutant("verify-counts-from-record", "verify", "verify takes the releases and steps from the record, not from its "
-           "plan (the forged 420 -> 42 count passes)", "dpbench/trust/verify.py",
+           "plan (the forged 420 -> 42 count passes)", "dpbench/trust/plan_checks.py",
            "    if (steps, releases) != (planned, k * planned):", "    if False:", first="tests/test_verify.py"),
     Mutant("verify-rate-from-record", "verify", "verify takes q from the record, not from its batch size and n",
-           "dpbench/trust/verify.py", "    if q != batch / n:", "    if False:", first="tests/test_verify.py"),
+           "dpbench/trust/plan_checks.py", "    if q != batch / n:", "    if False:", first="tests/test_verify.py"),
     Mutant("verify-full-batch", "verify", "a full-batch method's record may state a batch smaller than n",
-           "dpbench/trust/verify.py", "    if method is not None and method.full_batch and batch != n:", "    if False:",
+           "dpbench/trust/plan_checks.py", "    if method is not None and method.full_batch and batch != n:", "    if False:",
            first="tests/test_verify.py"),
     Mutant("verify-shuffle-add-remove", "verify", "shuffled batches accepted under add/remove neighbours",
-           "dpbench/trust/verify.py", '    if record["sampler"] == "shuffle" and relation != "replace-one":',
+           "dpbench/trust/record_checks.py", '    if record["sampler"] == "shuffle" and relation != "replace-one":',
            "    if False:", first="tests/test_verify.py"),
     Mutant("verify-rdp-replace-one", "verify", "RDP of a replace-one Poisson run accepted as its add/remove curve",
-           "dpbench/trust/verify.py", '    raise Mismatch(f"no replace-one RDP analysis of {type(event).__name__}: such a '
+           "dpbench/trust/recompute.py", '    raise Mismatch(f"no replace-one RDP analysis of {type(event).__name__}: such a '
            'record needs the pld accountant")', "    return event", first="tests/test_verify.py"),
-    Mutant("verify-target", "verify", "a gradient run's spent ε above its target is accepted", "dpbench/trust/verify.py",
+    Mutant("verify-target", "verify", "a gradient run's spent ε above its target is accepted", "dpbench/trust/record_checks.py",
            "    if target is not None and spent > target * (1 + 1e-9) and spent - error() > target * (1 + 1e-9):",
            "    if False:", first="tests/test_verify.py"),
     Mutant("verify-release-target", "verify", "a release method's ε above its target is accepted",
-           "dpbench/trust/verify.py", '    if record["epsilon"] > record["epsilon_target"] * (1 + 1e-9):', "    if False:",
+           "dpbench/trust/record_checks.py", '    if record["epsilon"] > record["epsilon_target"] * (1 + 1e-9):', "    if False:",
            first="tests/test_verify.py"),
     Mutant("verify-no-noise", "verify", "a run without noise (σ = 0) is accepted if it states ε = ∞",
-           "dpbench/trust/verify.py", '    if not record.get("noise_multiplier", 0) > 0:', "    if False:",
+           "dpbench/trust/record_checks.py", '    if not record.get("noise_multiplier", 0) > 0:', "    if False:",
            first="tests/test_verify.py"),
     Mutant("verify-tuned-relation", "verify", "a tuned record's relation may differ from its tuning's",
-           "dpbench/trust/verify.py",
+           "dpbench/trust/record_checks.py",
            '    if tuned.get("neighbouring", "add-remove") != record.get("neighbouring", "add-remove"):',
            "    if False:", first="tests/test_verify.py"),
     Mutant("verify-score-noise", "verify", "a tuning's score noise is not checked against its trial's RDP",
-           "dpbench/trust/verify.py", "    if np.any(orders / (2 * sigma_v**2) > trial * (1 + 1e-9)):", "    if False:",
+           "dpbench/trust/record_checks.py", "    if np.any(orders / (2 * sigma_v**2) > trial * (1 + 1e-9)):", "    if False:",
            first="tests/test_verify.py"),
     Mutant("verify-audit-passed", "verify", "an audit's passed is not checked against its bound and claim",
-           "dpbench/trust/verify.py",
+           "dpbench/trust/record_checks.py",
            '    if record["passed"] != (record["epsilon_lower_bound"] <= record["epsilon_claimed"]):', "    if False:",
            first="tests/test_verify.py"),
     Mutant("verify-error-tenfold", "verify", "a record may state ε below the recomputation by 10x the accountant's "
-           "error bound", "dpbench/trust/verify.py", "    if recorded < spent and spent - recorded > error():",
+           "error bound", "dpbench/trust/recompute.py", "    if recorded < spent and spent - recorded > error():",
            "    if recorded < spent and spent - recorded > 10 * error():", first="tests/test_verify.py"),
     Mutant("verify-rerun-metrics-only", "verify", "--rerun compares only the metrics (a restated ε passes)",
-           "dpbench/trust/verify.py", "differences = _differences(_without_hashes(again), _without_hashes({**ran_in, **record}),",
+           "dpbench/trust/rerun.py", "differences = _differences(_without_hashes(again), _without_hashes({**ran_in, **record}),",
            'differences = _differences(again["metrics"], record["metrics"], 0.0) if True else _differences(again, '
            '{**ran_in, **record},',
            first="tests/test_verify.py"),
     Mutant("resume-edited-ledger", "checkpoints", "a resumed run takes its checkpoint's ledger unchecked",
            "dpbench/run/checkpoint.py", "    check_ledger(planned, saved, folder)\n", "", first="tests/test_resume.py"),
     Mutant("verify-release-sigma", "verify", "a release method's noise_multiplier is not checked against its ledger",
-           "dpbench/trust/verify.py", '    _close(ledger[0]["noise_std"] / ledger[0]["sensitivity"], record["noise_multiplier"], '
+           "dpbench/trust/record_checks.py", '    _close(ledger[0]["noise_std"] / ledger[0]["sensitivity"], record["noise_multiplier"], '
            '"noise_multiplier")', "    pass", first="tests/test_verify.py"),
     Mutant("verify-release-delta", "verify", "a release method's δ is not checked against the sum of its parts'",
-           "dpbench/trust/verify.py", '    _close(math.fsum(entry["delta"] for entry in ledger), record["delta"], '
+           "dpbench/trust/record_checks.py", '    _close(math.fsum(entry["delta"] for entry in ledger), record["delta"], '
            '"delta (sum of the ledger)")', "    pass", first="tests/test_verify.py"),
     Mutant("verify-wu-sensitivity", "verify", "output perturbation's sensitivity is not re-derived (Wu et al.)",
-           "dpbench/trust/verify.py", '            _close(expected, entry["sensitivity"], f"privacy_ledger[{index}] '
+           "dpbench/trust/record_checks.py", '            _close(expected, entry["sensitivity"], f"privacy_ledger[{index}] '
            'sensitivity (Wu et al.)")', "            pass", first="tests/test_verify.py"),
     Mutant("verify-amp-sensitivity", "verify", "AMP's objective sensitivity is not checked against 2L/n",
-           "dpbench/trust/verify.py", '            _close(2 * lipschitz / n, entry["sensitivity"], f"{what} sensitivity 2L/n")',
+           "dpbench/trust/record_checks.py", '            _close(2 * lipschitz / n, entry["sensitivity"], f"{what} sensitivity 2L/n")',
            "            pass", first="tests/test_verify.py"),
     Mutant("verify-unknown-release", "verify", "a ledger part verify cannot recompute is accepted",
-           "dpbench/trust/verify.py", '            raise Mismatch(f"{what} is a release verify cannot recompute")',
+           "dpbench/trust/record_checks.py", '            raise Mismatch(f"{what} is a release verify cannot recompute")',
            "            pass", first="tests/test_verify.py"),
     # issue 31: RDP under replace-one (shuffled batches), AMP's objective noise and its released fields
     Mutant("rdp-replace-one-sensitivity-1", "accounting", "shuffled batches under RDP accounted with sensitivity 1, "
@@ -310,15 +310,15 @@ MUTANTS = [
            "dpbench/tuning/tune.py", 'f"every trial of study {study.study_name} failed', 'f"all {k} trials of study '
            '{study.study_name} failed', first="tests/test_tuning.py"),
     Mutant("verify-k-distribution-unchecked", "verify", "a tuned record's charged K distribution may differ from "
-           "its config's (a forged mean 1.0001 instead of 8 passed)", "dpbench/trust/verify.py",
+           "its config's (a forged mean 1.0001 instead of 8 passed)", "dpbench/trust/record_checks.py",
            'for key in ("k_distribution", "trials"):', "for key in ():", first="tests/test_verify.py"),
     Mutant("verify-amp-epsilon-split", "verify", "AMP's objective parts are not checked against ε1 of ε/K (a record "
-           "claiming 0.9 of it, same noise, passes the split)", "dpbench/trust/verify.py",
+           "claiming 0.9 of it, same noise, passes the split)", "dpbench/trust/record_checks.py",
            'f"{what} epsilon (ε1 of ε/K)")', 'f"{what} epsilon (ε1 of ε/K)") if False else None',
            first="tests/test_verify.py"),
     Mutant("verify-classifiers-from-ledger", "verify", "a release method's classifiers are counted from its ledger, "
            "not from the task's classes (digits AMP or output perturbation without classifier 9 and with 9/10 of "
-           "the ε passes)", "dpbench/trust/verify.py", "    if parts != labels:", "    if False:",
+           "the ε passes)", "dpbench/trust/plan_checks.py", "    if parts != labels:", "    if False:",
            first="tests/test_verify.py"),
     Mutant("isolation-public-batches", "isolation", "an isolated run's batches come from the public seed, which the "
            "method can read", "dpbench/run/engine.py",
@@ -331,20 +331,20 @@ MUTANTS = [
            "registry.methods([]), registry.tasks([])",
            first="tests/test_isolation.py::test_isolated_runs_never_load_installed_packages"),
     Mutant("verify-noise-coins-unchecked", "verify", "a record claiming secret noise coins without an isolated run "
-           "escapes --rerun", "dpbench/trust/verify.py",
+           "escapes --rerun", "dpbench/trust/record_checks.py",
            'if record.get("kind", "run") == "run" and (coins not in (None, "secret") or (coins == "secret") != isolated):',
            'if False:', first="tests/test_verify.py::test_secret_noise_coins_must_go_with_an_isolated_run"),
     Mutant("verify-data-releases-from-record", "verify", "a record's data releases are taken as recorded, not "
-           "from its task's options (mnist_mlp adaclip without its DP-PCA passes)", "dpbench/trust/verify.py",
+           "from its task's options (mnist_mlp adaclip without its DP-PCA passes)", "dpbench/trust/plan_checks.py",
            "    if recorded != expected:", "    if False:", first="tests/test_verify.py"),
     Mutant("engine-undeclared-release", "accounting", "a task may release from its training data other than it "
            "declares (what verify recomputes)", "dpbench/run/engine.py",
            "    if [event_fields(release.event) for release in data.private_releases] != declared:", "    if False:",
            first="tests/test_verify.py"),
     Mutant("verify-amp-tail-unchecked", "verify", "an AMP record whose b1 fails the proof's tail bound passes",
-           "dpbench/trust/verify.py", "> entry[\"delta\"] * (1 + TOLERANCE):", "> math.inf:", first="tests/test_verify.py"),
+           "dpbench/trust/record_checks.py", "> entry[\"delta\"] * (1 + TOLERANCE):", "> math.inf:", first="tests/test_verify.py"),
     Mutant("verify-rerun-ignores-code", "verify", "a rerun does not compare which code ran (a plugin record "
-           "relabelled built-in passes)", "dpbench/trust/verify.py", 'if k != "sha256"}', 'if k == "name"}',
+           "relabelled built-in passes)", "dpbench/trust/rerun.py", 'if k != "sha256"}', 'if k == "name"}',
            first="tests/test_verify.py"),
     Mutant("resume-rewound-noise", "checkpoints", "a resumed run takes its checkpoint's noise counter unchecked (a "
            "rewound counter repeats earlier releases' noise)", "dpbench/run/checkpoint.py",
@@ -423,7 +423,7 @@ MUTANTS = [
            '    if False:\n        raise UsageError("--isolate keeps no checkpoints',
            first="tests/test_isolation.py::test_isolate_refuses_what_would_need_the_noise_key"),
     Mutant("verify-reruns-secret-noise", "verify", "--rerun compares the metrics of a record whose noise coins were "
-           "secret (no rerun can reproduce them)", "dpbench/trust/verify.py",
+           "secret (no rerun can reproduce them)", "dpbench/trust/rerun.py",
            '    candidates = [r for r in runs if _seeded(r) and r.get("noise_coins") != "secret"]',
            "    candidates = [r for r in runs if _seeded(r)]",
            first="tests/test_verify.py::test_secret_noise_coins_are_checked_but_not_rerun"),

@@ -15,7 +15,7 @@ from dpbench.errors import PrivacyCheckFailed
 from dpbench.results import records, store
 from dpbench.run import engine, multiseed
 from dpbench.spec import RunSpec
-from dpbench.trust import audit, verify
+from dpbench.trust import audit, plan_checks, recompute, record_checks, verify
 from dpbench.tuning import tune, validation
 
 
@@ -123,7 +123,7 @@ def forged(record, **changes):
 
 def test_the_hash_is_the_stores():
     record = {"b": 1, "a": [1.5, None, "é"], "run_id": "x"}
-    assert verify.content_id(record) == store.content_id(record)
+    assert record_checks.content_id(record) == store.content_id(record)
 
 
 def test_genuine_records_of_every_kind_pass(genuine):
@@ -168,7 +168,7 @@ def test_the_hash_the_ledger_version_and_unreadable_releases(tmp_path, genuine):
     nonprivate = forged(genuine[0]["nonprivate"], epsilon=lambda value: 0.5)
     _, problems = verify.verify(write(tmp_path, edited, old, opaque, nonprivate))
     assert [p.split(": ", 1)[1] for p in problems] == [
-        f"run_id {record['run_id']} is not the content hash {verify.content_id(edited)}",
+        f"run_id {record['run_id']} is not the content hash {record_checks.content_id(edited)}",
         f"ledger version 1, not the current {records.LEDGER_VERSION}",
         "its data releases have no machine-readable events (data_release_events)",
         "a non-private run with ε 0.5 and σ 0.0"]
@@ -211,7 +211,7 @@ def restated(record, **changes):
     record = forged(record, **{key: lambda _, value=value: value for key, value in changes.items()})
     releases = accounting.GaussianReleases(record["sample_rate"], record["noise_multiplier"],
                                            record["gradient_evaluations"], neighbouring=record["neighbouring"],
-                                           preceded_by=tuple(verify._event(fields)
+                                           preceded_by=tuple(recompute._event(fields)
                                                              for fields in record["data_release_events"]))
     return forged(record, epsilon=lambda _: releases.epsilon(record["delta"], record["accountant"]))
 
@@ -250,12 +250,12 @@ def test_a_record_without_its_tasks_pca_release_fails(tmp_path, mirror, events):
     found = engine.run(RunSpec(method="dpsgd", task="mnist_mlp", profile="smoke-adaclip", progress_bar=False,
                                no_wandb=True, append_to_store=False))
     assert found["data_release_events"] == [{"class_name": "GaussianDpEvent", "noise_multiplier": 7.0}]
-    assert verify.check(found) == []
+    assert record_checks.check(found) == []
     cheaper = restated(found, data_release_events=events, data_releases=["a release"] * len(events))
     assert cheaper["epsilon"] < found["epsilon"]
     options = {"network": "adaclip", "pca_dims": 60, "pca_noise_multiplier": 7.0}
     assert problems_of(tmp_path, cheaper) == [
-        f"its data releases are {[verify._event(fields) for fields in events]}, but task mnist_mlp with options "
+        f"its data releases are {[recompute._event(fields) for fields in events]}, but task mnist_mlp with options "
         f"{options} releases [GaussianDpEvent(noise_multiplier=7.0)]"]
 
 
@@ -347,21 +347,21 @@ def test_the_verdict_is_stable_under_rounding_perturbations():
     record = board_record()
     relation = dp_accounting.NeighboringRelation.REPLACE_ONE
 
-    def spent(sigma=record["noise_multiplier"], interval=verify.PLD_INTERVAL):
+    def spent(sigma=record["noise_multiplier"], interval=recompute.PLD_INTERVAL):
         event = dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
             record["sample_rate"], dp_accounting.GaussianDpEvent(sigma)), record["gradient_evaluations"])
         return pld.PLDAccountant(relation, interval).compose(event).get_epsilon(record["delta"])
 
     here = spent()
     perturbed = [spent(sigma=record["noise_multiplier"] * (1 + f)) for f in (1e-12, -1e-12, 1e-9, -1e-9)]
-    perturbed += [spent(interval=verify.PLD_INTERVAL * (1 + f)) for f in (1e-9, -1e-9, 1e-6, -1e-6)]
-    assert max(abs(value - here) for value in [*perturbed, record["epsilon"]]) > verify.TOLERANCE * here
+    perturbed += [spent(interval=recompute.PLD_INTERVAL * (1 + f)) for f in (1e-9, -1e-9, 1e-6, -1e-6)]
+    assert max(abs(value - here) for value in [*perturbed, record["epsilon"]]) > recompute.TOLERANCE * here
     for value in [*perturbed, record["epsilon"]]:
-        assert verify.check(forged(record, epsilon=lambda _, value=value: value)) == [], value
-    event = verify._run_event(record)
-    bound = verify._error(event, record["delta"], "pld", "replace-one")()
+        assert record_checks.check(forged(record, epsilon=lambda _, value=value: value)) == [], value
+    event = plan_checks._run_event(record)
+    bound = recompute._error(event, record["delta"], "pld", "replace-one")()
     assert bound < 1e-3 * here  # of the rounding's and the grid's size
-    assert verify.check(forged(record, epsilon=lambda _: here - 1.01 * bound))[0].startswith("epsilon is")
+    assert record_checks.check(forged(record, epsilon=lambda _: here - 1.01 * bound))[0].startswith("epsilon is")
 
 
 def test_a_secret_seed_is_checked_but_not_rerun(tmp_path, genuine, capsys):
@@ -437,7 +437,7 @@ def test_a_tuned_record_charging_another_k_distribution_than_its_config_fails(tm
     tuned = found["tuning"]
     lowered = {**tuned["k_distribution"], "mean": 1.0001}
     orders = np.asarray(rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
-    trial = verify._trial_rdp(found, tuned, orders)
+    trial = record_checks._trial_rdp(found, tuned, orders)
     shape = math.inf if lowered["name"] == "poisson" else float(lowered["eta"])
     total = np.asarray(rdp.rdp_privacy_accountant._compute_rdp_repeat_and_select(orders, trial, 1.0001, shape))
     epsilon = float(rdp.compute_epsilon(orders, total, found["delta"])[0])

@@ -1,0 +1,121 @@
+"""What a record's public plan and its built-in method and task imply it ran (the counts of its noisy gradients,
+its data releases, its classifiers, its gradient run's DpEvent), refused where the record says otherwise."""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import dp_accounting
+
+from dpbench import registry
+from dpbench.trust.recompute import Mismatch, _event
+
+
+@functools.cache
+def _builtin_methods() -> dict[str, type]:
+    return registry.methods([])
+
+
+def _builtin(record: dict[str, Any]) -> type | None:
+    """The built-in method class the record names, None for a plugin's (``code.method.external``)."""
+    external = ((record.get("code") or {}).get("method") or {}).get("external", True)
+    return None if external else _builtin_methods().get(record["method"])
+
+
+@functools.cache
+def _builtin_tasks() -> dict[str, type]:
+    return registry.tasks([])
+
+
+def _builtin_task(record: dict[str, Any]) -> type | None:
+    """The built-in task class the record names, None for a plugin's (``code.task.external``)."""
+    external = ((record.get("code") or {}).get("task") or {}).get("external", True)
+    return None if external else _builtin_tasks().get(record["task"])
+
+
+def _data_releases(record: dict[str, Any]) -> list[dp_accounting.DpEvent]:
+    """The record's data releases (``data_release_events``), refused unless they are what its built-in task
+    releases under the record's options (``Task.private_release_events``: e.g. mnist_mlp's DP-PCA with
+    ``network=adaclip``, of noise multiplier ``pca_noise_multiplier``); a plugin task's, which verify does not load,
+    as recorded."""
+    recorded = [_event(fields) for fields in record.get("data_release_events") or []]
+    task = _builtin_task(record)
+    if task is None:
+        return recorded
+    hp = record["hyperparameters"]
+    options = {key: hp.get(key, default) for key, default in task.options.items()}
+    expected = list(task.private_release_events(options))
+    if recorded != expected:
+        raise Mismatch(f"its data releases are {recorded}, but task {task.name} with options {options} releases "
+                       f"{expected}")
+    return recorded
+
+
+def _classifiers(record: dict[str, Any], parts: list[str], what: str) -> None:
+    """A release method's ledger parts named ``what`` (their suffixes after ``what``, in order): one per binary
+    classifier, labelled 0…K−1 (one-vs-all) or unlabelled (K = 1), where K is 1 for a built-in task of 2 classes
+    and its number of classes otherwise (``dpbench.release``; the task's declared ``classes``); for a plugin task
+    or one without declared classes, K is the number of parts."""
+    classes = getattr(_builtin_task(record), "classes", None)
+    count = len(parts) if classes is None else 1 if classes == 2 else classes
+    labels = [""] if count == 1 else [f", classifier {k} (one-vs-all)" for k in range(count)]
+    if parts != labels:
+        raise Mismatch(f"its ledger holds {len(parts)} {what} parts {[what + p for p in parts]}, not one per "
+                       f"classifier of task {record['task']} ({count})")
+
+
+def _releases_per_step(record: dict[str, Any]) -> int:
+    """k, the noisy gradients a step draws: a built-in method's ``releases_per_step`` (ADADP: 2, both charged
+    whether its step is accepted or not); a plugin's, which verify does not load, the record's releases over its
+    steps (which :func:`_plan` then checks against the plan)."""
+    method = _builtin(record)
+    return method.releases_per_step if method is not None else record["gradient_evaluations"] // record["steps"]
+
+
+def _plan(record: dict[str, Any]) -> tuple[float, int]:
+    """The record's (q, releases), refused unless they and its steps are what its public plan implies, as
+    ``engine.plan`` derives them: k releases per step (:func:`_releases_per_step`), batch size B (n for a
+    full-batch method), q = B/n, steps per epoch max(1, round(n/(Bk))) for Poisson batches and ⌊n/(Bk)⌋ for
+    shuffled ones, steps = epochs × that, releases = k × steps. The engine draws every step's k batches and
+    charges each (``training.PrivateTraining``): the count depends on the plan only."""
+    hp, n, sampler = record["hyperparameters"], record["n_train"], record["sampler"]
+    k, batch, epochs = _releases_per_step(record), hp["batch_size"], hp["epochs"]
+    q, steps, releases = record["sample_rate"], record["steps"], record["gradient_evaluations"]
+    method = _builtin(record)
+    if method is not None and method.full_batch and batch != n:
+        raise Mismatch(f"{record['method']} uses full batches, but its batch size is {batch} of n = {n}")
+    if q != batch / n:
+        raise Mismatch(f"sample_rate is {q!r}, but its batch size {batch} of n = {n} gives {batch / n!r}")
+    if sampler == "poisson":
+        planned = epochs * max(1, round(n / (batch * k)))
+    elif sampler == "shuffle":
+        planned = epochs * (n // (batch * k))
+    else:
+        raise Mismatch(f"sampler {sampler!r} is not one verify knows")
+    if (steps, releases) != (planned, k * planned):
+        raise Mismatch(f"{releases!r} releases in {steps!r} steps, but its plan (n = {n}, batch size {batch}, "
+                       f"{epochs} epochs, {k} releases per step, {sampler} batches) implies {k * planned} in "
+                       f"{planned}")
+    return q, releases
+
+
+def _training_event(record: dict[str, Any], sigma: float, q: float, releases: int) -> dp_accounting.DpEvent:
+    if record["sampler"] == "poisson":
+        once = dp_accounting.GaussianDpEvent(sigma)
+        if q < 1:
+            once = dp_accounting.PoissonSampledDpEvent(q, once)
+        return dp_accounting.SelfComposedDpEvent(once, releases)
+    if record["sampler"] == "shuffle":  # one Gaussian per started epoch (dpbench.privacy.accounting): the plan's epochs
+        return dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma),
+                                                 record["hyperparameters"]["epochs"])
+    raise Mismatch(f"sampler {record['sampler']!r} is not one verify knows")
+
+
+def _run_event(record: dict[str, Any]) -> dp_accounting.DpEvent:
+    """The event of a gradient run's record: its data releases, then its noisy gradients, counted from its plan."""
+    if record.get("data_releases") and len(record.get("data_release_events") or []) != len(record["data_releases"]):
+        raise Mismatch("its data releases have no machine-readable events (data_release_events)")
+    q, releases = _plan(record)
+    training = _training_event(record, record["noise_multiplier"], q, releases)
+    before = _data_releases(record)
+    return dp_accounting.ComposedDpEvent([*before, training]) if before else training

@@ -1,0 +1,224 @@
+"""What is wrong with one record: its content hash, ledger version and coins, and its privacy by kind (gradient
+runs, tuned records, release methods' ledgers, audits), recomputed without the engine's accounting code."""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+import dp_accounting
+import numpy as np
+from dp_accounting import rdp
+
+from dpbench.results.records import LEDGER_VERSION
+from dpbench.trust import audit
+from dpbench.trust.plan_checks import _classifiers, _plan, _run_event, _training_event
+from dpbench.trust.recompute import TOLERANCE, Mismatch, _at_least, _close, _epsilon, _error, _rdp, _rdp_error
+
+
+def content_id(record: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON (sorted keys, json.dumps defaults) of the record without ``run_id``, 16 hex."""
+    body = {key: value for key, value in record.items() if key != "run_id"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _check_gradient_run(record: dict[str, Any], epsilon_key: str = "epsilon") -> None:
+    if not record.get("noise_multiplier", 0) > 0:
+        raise Mismatch(f"noise multiplier {record.get('noise_multiplier')!r} is not positive")
+    relation = record.get("neighbouring") or ("add-remove" if record["sampler"] == "poisson" else "replace-one")
+    if record["sampler"] == "shuffle" and relation != "replace-one":
+        raise Mismatch(f"shuffled batches are accounted under replace-one neighbours only, not {relation!r}")
+    event, delta, accountant = _run_event(record), record["delta"], record["accountant"]
+    spent, error = _epsilon(event, delta, accountant, relation), _error(event, delta, accountant, relation)
+    _at_least(spent, record[epsilon_key], epsilon_key, error)
+    target = record.get("epsilon_target")
+    if target is not None and spent > target * (1 + 1e-9) and spent - error() > target * (1 + 1e-9):
+        raise Mismatch(f"spent ε {spent:.10g} exceeds the target {target}")
+
+
+def _trial_rdp(record: dict[str, Any], tuned: dict[str, Any], orders: np.ndarray) -> np.ndarray:
+    """One trial's RDP: its gradient releases (Poisson, rate q) or its Gaussian output mechanisms, under the
+    tuning's relation (a full-batch replace-one trial is a Gaussian of sensitivity 2: 4× the add/remove curve)."""
+    sigma, q, releases = tuned["noise_multiplier"], tuned["sample_rate"], tuned["gradient_evaluations"]
+    relation = tuned.get("neighbouring", "add-remove")
+    if tuned.get("trial_mechanism", "gradient") == "output":
+        return releases * orders / (2 * sigma**2)
+    if relation == "replace-one" and q >= 1:
+        return releases * orders * 2 / sigma**2
+    return _rdp(_training_event({**record, "sampler": "poisson"}, sigma, q, releases), orders, relation)
+
+
+def _check_tuned(record: dict[str, Any]) -> None:
+    """A privately tuned record (random stopping, adaptive): its selected trial's mechanism, the per-trial ε and
+    the whole tuning's ε."""
+    tuned = record["tuning"]
+    sigma, q, releases = tuned["noise_multiplier"], tuned["sample_rate"], tuned["gradient_evaluations"]
+    if tuned.get("trial_mechanism", "gradient") == "output":  # one Gaussian output mechanism per classifier
+        ledger = record["privacy_ledger"]
+        if len(ledger) != releases:
+            raise Mismatch(f"{len(ledger)} output releases in the ledger but tuning.gradient_evaluations is {releases}")
+        for index, entry in enumerate(ledger):
+            _close(entry["noise_std"] / entry["sensitivity"], sigma, f"privacy_ledger[{index}] noise multiplier")
+        _output_classifiers(record)
+        _check_output_sensitivities(record)
+    else:
+        _close(record.get("noise_multiplier"), sigma, "noise_multiplier (tuning.noise_multiplier)")
+        for key, value in (("sample_rate", q), ("gradient_evaluations", releases)):
+            if record.get(key) != value:
+                raise Mismatch(f"{key} is {record.get(key)!r} but tuning.{key} is {value!r}")
+        _plan(record)  # the selected trial's counts, from its plan on the training part
+    if tuned.get("neighbouring", "add-remove") != record.get("neighbouring", "add-remove"):
+        raise Mismatch(f"neighbouring is {record.get('neighbouring')!r} but tuning's is {tuned['neighbouring']!r}")
+    orders = np.asarray(rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
+    trial = _trial_rdp(record, tuned, orders)
+    per_trial = float(rdp.compute_epsilon(orders, trial, tuned["per_trial_delta"])[0])
+    _at_least(per_trial, tuned["per_trial_epsilon"], "tuning.per_trial_epsilon", _rdp_error(per_trial))
+    for key in ("k_distribution", "trials"):  # the mechanism charged is the one the board groups by
+        if (tuned.get("config") or {}).get(key) != tuned.get(key):
+            raise Mismatch(f"tuning.{key} is {tuned.get(key)!r} but tuning.config.{key} is "
+                           f"{(tuned.get('config') or {}).get(key)!r}")
+    if "k_distribution" in tuned:
+        distribution = tuned["k_distribution"]
+        shape = math.inf if distribution["name"] == "poisson" else float(distribution["eta"])
+        total = np.asarray(rdp.rdp_privacy_accountant._compute_rdp_repeat_and_select(
+            orders, trial, distribution["mean"], shape))
+    else:
+        total = tuned["trials"] * trial
+    whole = float(rdp.compute_epsilon(orders, total, record["delta"])[0])
+    _at_least(whole, record["epsilon"], "epsilon (whole tuning)", _rdp_error(whole))
+    sigma_v = tuned["validation"]["noise_multiplier"]
+    if np.any(orders / (2 * sigma_v**2) > trial * (1 + 1e-9)):
+        raise Mismatch(f"score noise σ_v = {sigma_v} costs more than the trial's training at some RDP order")
+
+
+def _amp_noise_fraction(record: dict[str, Any], epsilon_k: float) -> float:
+    if record["method"] == "amp_nt":
+        fraction = min(0.88671 + 0.0186607 / epsilon_k**0.372906, 0.99)
+        return max(fraction, 1 - 1 / epsilon_k + 0.001)
+    return record["hyperparameters"]["noise_fraction"]
+
+
+def _amp_out_fraction(record: dict[str, Any]) -> float:
+    return 0.01 if record["method"] == "amp_nt" else record["hyperparameters"]["out_fraction"]
+
+
+def _amp_classifiers(record: dict[str, Any]) -> None:
+    """AMP's ledger: one objective and one output part per classifier
+    (:func:`~dpbench.trust.plan_checks._classifiers`), each classifier's budget ε/K (checked per part by the
+    caller)."""
+    parts = {"objective perturbation b1": [], "output noise b2": []}
+    for entry in record["privacy_ledger"]:
+        head, _, suffix = entry["what"].partition(", classifier ")
+        if head not in parts:
+            raise Mismatch(f"an AMP ledger part {entry['what']!r} verify does not know")
+        parts[head].append(suffix and f", classifier {suffix}")
+    for what, found in parts.items():
+        _classifiers(record, found, what)
+
+
+def _output_classifiers(record: dict[str, Any]) -> None:
+    """The built-in output perturbation's ledger: one output-noise part per classifier
+    (:func:`~dpbench.trust.plan_checks._classifiers`)."""
+    if record["method"] == "output_perturbation":
+        _classifiers(record, [entry["what"].removeprefix("output noise") for entry in record["privacy_ledger"]],
+                     "output noise")
+
+
+def _check_output_sensitivities(record: dict[str, Any]) -> None:
+    """The built-in output perturbation's sensitivity, re-derived from its hyperparameters (Wu et al.: 2kLη/b
+    convex, 2(L + λR)/(λn) strongly convex), for each output-noise part of its ledger."""
+    if record["method"] != "output_perturbation":
+        return
+    hp, n = record["hyperparameters"], record["n_train"]
+    lipschitz = hp["input_norm"]
+    expected = (2 * hp["epochs"] * lipschitz * hp["lr"] / hp["batch_size"] if hp["variant"] == "convex"
+                else 2 * (lipschitz + hp["regularization"] * hp["radius"]) / (hp["regularization"] * n))
+    for index, entry in enumerate(record["privacy_ledger"]):
+        if entry["what"].startswith("output noise"):
+            _close(expected, entry["sensitivity"], f"privacy_ledger[{index}] sensitivity (Wu et al.)")
+
+
+def _check_release(record: dict[str, Any]) -> None:
+    ledger = record["privacy_ledger"]
+    _close(math.fsum(entry["epsilon"] for entry in ledger), record["epsilon"], "epsilon (sum of the ledger)")
+    _close(math.fsum(entry["delta"] for entry in ledger), record["delta"], "delta (sum of the ledger)")
+    _close(ledger[0]["noise_std"] / ledger[0]["sensitivity"], record["noise_multiplier"], "noise_multiplier")
+    if record["epsilon"] > record["epsilon_target"] * (1 + 1e-9):
+        raise Mismatch(f"spent ε {record['epsilon']} exceeds the target {record['epsilon_target']}")
+    hp, n = record["hyperparameters"], record["n_train"]
+    objective = [entry for entry in ledger if entry["what"].startswith("objective perturbation")]
+    if record["method"] in ("amp", "amp_nt"):
+        _amp_classifiers(record)
+    _check_output_sensitivities(record)
+    for index, entry in enumerate(ledger):
+        what = f"privacy_ledger[{index}] ({entry['what']})"
+        if entry["what"].startswith("output noise"):
+            event = dp_accounting.GaussianDpEvent(entry["noise_std"] / entry["sensitivity"])
+            _at_least(_epsilon(event, entry["delta"], "pld", "add-remove"), entry["epsilon"], f"{what} epsilon",
+                      _error(event, entry["delta"], "pld", "add-remove"))
+        elif entry in objective and record["method"] in ("amp", "amp_nt"):
+            lipschitz = 1.0 if record["method"] == "amp_nt" else hp["input_norm"]
+            _close(2 * lipschitz / n, entry["sensitivity"], f"{what} sensitivity 2L/n")
+            epsilon_k = record["epsilon_target"] / len(objective)
+            _close((1 - _amp_out_fraction(record)) * epsilon_k, entry["epsilon"], f"{what} epsilon (ε1 of ε/K)")
+            epsilon_noise = _amp_noise_fraction(record, epsilon_k) * entry["epsilon"]
+            needed = entry["sensitivity"] * (1 + math.sqrt(2 * math.log(1 / entry["delta"]))) / epsilon_noise
+            if entry["noise_std"] < needed * (1 - TOLERANCE):
+                raise Mismatch(f"{what}: noise std {entry['noise_std']:.6g} is below the {needed:.6g} that "
+                               f"AMP's theorem needs for ε1 = {entry['epsilon']}")
+            mu = entry["sensitivity"] / entry["noise_std"]  # the proof's tail bound (dpbench.release.mechanisms.AMPCalibration)
+            if 0.5 * math.erfc((epsilon_noise / mu - mu / 2) / math.sqrt(2)) > entry["delta"] * (1 + TOLERANCE):
+                raise Mismatch(f"{what}: b1's privacy loss exceeds ε3 = {epsilon_noise:.6g} with probability above "
+                               f"δ1 = {entry['delta']:.6g}")
+        else:
+            raise Mismatch(f"{what} is a release verify cannot recompute")
+    _output_classifiers(record)
+
+
+def _check_audit(record: dict[str, Any]) -> None:
+    _check_gradient_run(record, "epsilon_claimed")
+    rows = record["guess_grid"]
+    significance = (1 - record["confidence"]) / len(rows)
+    bounds = [audit.epsilon_lower_bound(record["canaries"], row["guesses"], row["correct"], record["delta"],
+                                        significance) for row in rows]
+    for row, bound in zip(rows, bounds):
+        _close(bound, row["epsilon_lower_bound"], f"the bound for {row['correct']} of {row['guesses']} right")
+    _close(max(bounds), record["epsilon_lower_bound"], "epsilon_lower_bound")
+    if record["passed"] != (record["epsilon_lower_bound"] <= record["epsilon_claimed"]):
+        raise Mismatch(f"passed is {record['passed']} for a bound of {record['epsilon_lower_bound']} and a claim "
+                       f"of {record['epsilon_claimed']}")
+
+
+def check(record: dict[str, Any]) -> list[str]:
+    """What is wrong with one record (empty: nothing)."""
+    problems = []
+    if record["run_id"] != content_id(record):
+        problems.append(f"run_id {record['run_id']} is not the content hash {content_id(record)}")
+    if record.get("ledger_version") != LEDGER_VERSION:
+        problems.append(f"ledger version {record.get('ledger_version', 1)}, not the current {LEDGER_VERSION}")
+    isolated = record.get("isolation") == "process" and record.get("private", True)
+    for field in ("noise_coins", "sampler_coins"):
+        coins = record.get(field)
+        if record.get("kind", "run") == "run" and (coins not in (None, "secret") or (coins == "secret") != isolated):
+            problems.append(f"{field} {coins!r} with isolation {record.get('isolation')!r}: an isolated private run's "
+                            f"noise and batches have secret coins (exempt from reruns), no other run's")
+    try:
+        if record.get("kind") == "audit":
+            _check_audit(record)
+        elif (record.get("tuning") or {}).get("private"):
+            _check_tuned(record)  # else (validation track, oracle) the record's ε is its own run's, checked below
+        elif not record.get("private", True):
+            if record.get("epsilon") is not None or record.get("noise_multiplier"):
+                raise Mismatch(f"a non-private run with ε {record.get('epsilon')} and σ "
+                               f"{record.get('noise_multiplier')}")
+        elif "privacy_ledger" in record:
+            _check_release(record)
+        else:
+            _check_gradient_run(record)
+    except Mismatch as error:
+        problems.append(str(error))
+    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError, OverflowError,
+            dp_accounting.UnsupportedEventError) as error:  # a field missing or of the wrong kind
+        problems.append(f"cannot recompute its privacy: {type(error).__name__}: {error}")
+    return problems
