@@ -27,7 +27,7 @@ def worker(url: str, home: Path) -> subprocess.Popen:
     """A ``dpbench tune`` process; 100 epochs make each trial last long enough to be caught running."""
     env = {**os.environ, "DPBENCH_HOME": str(home), "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(
-        [sys.executable, "-m", "dpbench.cli", "tune", "--method", "dpsgd", "--task", "digits", "--epsilon", "1",
+        [sys.executable, "-m", "dpbench", "tune", "--method", "dpsgd", "--task", "digits", "--epsilon", "1",
          "--k-distribution", "poisson", "--trials", "4", "--seed", str(SEED), "--epochs", "100",
          "--storage", url, "--study", STUDY, "--heartbeat-interval", "1", "--json", "--no-wandb"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
