@@ -87,7 +87,7 @@ MUTANTS = [
            "dpbench/tuning/accounting.py", "ORDERS, trial.curve(), distribution[\"mean\"], k_shape(distribution)))",
            "ORDERS, trial.curve(), 1.0, k_shape(distribution)))", first="tests/test_tuning.py"),
     Mutant("tuning-shuffle-trials", "tuning", "trials sample with the method's default sampler, not Poisson",
-           "dpbench/tuning/tune.py", 'noise_multiplier=plan_.trial.noise_multiplier, sampler="poisson",',
+           "dpbench/tuning/trials.py", 'noise_multiplier=plan_.trial.noise_multiplier, sampler="poisson",',
            'noise_multiplier=plan_.trial.noise_multiplier, sampler=None,', first="tests/test_tuning.py"),
     Mutant("tuning-score-noise", "tuning", "the validation score's noise is a tenth of what parallel composition needs",
            "dpbench/tuning/accounting.py", "return math.sqrt(float(np.max(ORDERS / (2 * trial.curve())))) * (1 + 1e-9)",
@@ -97,10 +97,10 @@ MUTANTS = [
            "dpbench/privacy/accounting.py", "    if neighbouring == \"add-remove\":\n        accountant = rdp.RdpAccountant",
            "    if True:\n        accountant = rdp.RdpAccountant", first="tests/test_tuning_privacy.py"),
     Mutant("tuning-reveals-k", "tuning", "the released record says how many trials ran",
-           "dpbench/tuning/tune.py", '"selected_params": best.params, "study": study.study_name,',
+           "dpbench/tuning/released.py", '"selected_params": best.params, "study": study.study_name,',
            '"selected_params": best.params, "trials_run": k, "study": study.study_name,', first="tests/test_tuning.py"),
     Mutant("tuning-reveals-batch", "tuning", "the release of studies tuned together says how many trials trained "
-           "with it (the sum of their K)", "dpbench/tuning/tune.py",
+           "with it (the sum of their K)", "dpbench/tuning/released.py",
            'TRIAL_ONLY_FIELDS = ("run_id", "created_at", "validation", "batched_seeds", "train_seconds")',
            'TRIAL_ONLY_FIELDS = ("run_id", "created_at", "validation", "train_seconds")', first="tests/test_tuning.py"),
     Mutant("multiseed-noise", "batched seeds", "batched seeds add noise for twice the expected batch size",
@@ -121,17 +121,17 @@ MUTANTS = [
            "out_sensitivity = n * gamma / regularization", first="tests/test_amp.py"),
     # issue 31: tuning secrets, secret seeds and the independence of a study's trials
     Mutant("tuning-secret-from-seed", "tuning", "the study's secret is the public seed again: every released record "
-           "gives away K and which trial won", "dpbench/tuning/tune.py",
+           "gives away K and which trial won", "dpbench/tuning/study.py",
            "spec, secret = plan_.spec, streams.secret_seed()", "spec, secret = plan_.spec, plan_.spec.seed",
            first="tests/test_tuning.py"),
     Mutant("tuning-same-run-seed", "tuning", "every trial of a study trains with trial 0's run seed (weights, "
-           "batches, noise)", "dpbench/tuning/tune.py", 'seed=streams.child_seed(secret, "tuning-trial", number),',
+           "batches, noise)", "dpbench/tuning/trials.py", 'seed=streams.child_seed(secret, "tuning-trial", number),',
            'seed=streams.child_seed(secret, "tuning-trial", 0),', first="tests/test_tuning.py"),
     Mutant("tuning-same-search-draw", "tuning", "every trial of a study draws trial 0's hyperparameters",
-           "dpbench/tuning/tune.py", 'seed = streams.derive(secret, "tuning-search", trial_number) % 2**32',
+           "dpbench/tuning/trials.py", 'seed = streams.derive(secret, "tuning-search", trial_number) % 2**32',
            'seed = streams.derive(secret, "tuning-search", 0) % 2**32', first="tests/test_tuning.py"),
     Mutant("tuning-same-score-noise", "tuning", "every trial's validation score gets trial 0's noise",
-           "dpbench/tuning/tune.py",
+           "dpbench/tuning/trials.py",
            'ValidationSplit(plan_.validation["fraction"], secret, plan_.validation["noise_multiplier"], number,',
            'ValidationSplit(plan_.validation["fraction"], secret, plan_.validation["noise_multiplier"], 0,',
            first="tests/test_tuning.py"),
@@ -143,7 +143,7 @@ MUTANTS = [
            "spec = replace(spec, seed=streams.secret_seed())", "spec = replace(spec, seed=spec.seed)",
            first="tests/test_cli.py"),
     Mutant("tuning-secret-seed-record-keeps-seed", "secret seed", "a --secret-seed study's record carries its seed",
-           "dpbench/tuning/tune.py", 'record.update({"seed": "secret" if spec.secret_seed else spec.seed,',
+           "dpbench/tuning/released.py", 'record.update({"seed": "secret" if spec.secret_seed else spec.seed,',
            'record.update({"seed": spec.seed,', first="tests/test_tuning.py"),
     # issue 31: isolated methods, the board's plugin marks, and each check of the audit and its canaries
     Mutant("isolation-ignored", "isolation", "--isolate records \"process\" but runs the method in-process",
@@ -304,10 +304,10 @@ MUTANTS = [
            "steps = None  # the solver's `iterations`", "steps = iterations  # the solver's `iterations`",
            first="tests/test_amp.py"),
     Mutant("tuning-old-coins-stored", "tuning", "records of the tuning whose K followed from its public seed count "
-           "as stored runs of the fixed one (a sweep over an old store keeps them)", "dpbench/tuning/tune.py",
+           "as stored runs of the fixed one (a sweep over an old store keeps them)", "dpbench/tuning/released.py",
            '"coins": "study secret", ', "", first="tests/test_sweep.py"),
     Mutant("tuning-failure-says-k", "tuning", "the refusal of a study whose every trial failed says how many ran",
-           "dpbench/tuning/tune.py", 'f"every trial of study {study.study_name} failed', 'f"all {k} trials of study '
+           "dpbench/tuning/released.py", 'f"every trial of study {study.study_name} failed', 'f"all {k} trials of study '
            '{study.study_name} failed', first="tests/test_tuning.py"),
     Mutant("verify-k-distribution-unchecked", "verify", "a tuned record's charged K distribution may differ from "
            "its config's (a forged mean 1.0001 instead of 8 passed)", "dpbench/trust/record_checks.py",

@@ -53,8 +53,8 @@ class RunSpec:
     wandb_project: str | None = None
     wandb_entity: str | None = None
     no_wandb: bool = False
-    #: Tuning trials (``dpbench.tuning.tune``): an object whose ``split(data)`` holds out a fixed, data-independent part
-    #: of the training data before training, returning (training part, held-out part), and whose
+    #: Tuning trials (``dpbench.tuning.trials``): an object whose ``split(data)`` holds out a fixed, data-independent
+    #: part of the training data before training, returning (training part, held-out part), and whose
     #: ``score(task, held_out)`` scores the trained model on it; its result is the record's ``validation``.
     validation: Any = None
     append_to_store: bool = True  # False for tuning trials: only the selected trial is released

@@ -419,7 +419,7 @@ def test_sweep_command_lines(sandbox, path, rest):
 
 @st.composite
 def search_space(draw):
-    """A search space near the format (``dpbench.tuning.tune.load_search_space``), or any JSON."""
+    """A search space near the format (``dpbench.tuning.search.load_search_space``), or any JSON."""
     entries = {"lr": {"type": "float", "low": 0.01, "high": 1.0, "log": True},
                "clip": {"type": "float", "low": 0.1, "high": 10.0},
                "momentum": {"type": "categorical", "choices": [0.0, 0.9]},

@@ -19,7 +19,7 @@ from dpbench.results import store
 from dpbench.run import engine, multiseed
 from dpbench.spec import RunSpec
 from dpbench.tasks.linear import Digits
-from dpbench.tuning import tune
+from dpbench.tuning.accounting import ValidationSplit
 
 # ---- layers that mix examples ------------------------------------------------------------------------------------
 
@@ -251,7 +251,7 @@ def test_tuning_trials_train_on_the_training_part_at_the_planned_rate(indexed, c
                  "--trials", "2", "--mode", "adaptive", "--no-wandb", "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
     tuned = record["tuning"]
-    held_out = tune.ValidationSplit(0.1, 0, 0.0, 0).mask(1437)
+    held_out = ValidationSplit(0.1, 0, 0.0, 0).mask(1437)
     training_part = [i for i in range(1437) if not held_out[i]]
     counts = Counter(torch.cat(IndexedDigits.seen).tolist())
     releases = 2 * tuned["gradient_evaluations"]

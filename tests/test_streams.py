@@ -11,6 +11,8 @@ from dpbench.privacy import sampling, streams
 from dpbench.run import engine
 from dpbench.spec import RunSpec
 from dpbench.tuning import tune
+from dpbench.tuning.accounting import ValidationSplit
+from dpbench.tuning.trials import _trial_run_spec
 
 PURPOSES = [p for p in streams.PURPOSES if p != "sampler"]
 
@@ -92,10 +94,10 @@ def test_a_trials_score_noise_is_not_another_trials_batch_draw():
     independent trials)."""
     plan_ = tune.plan(tune.TuneSpec(method="dpsgd", task="digits", epsilon=1.0, seed=0, trials=4,
                                         overrides={"epochs": 4}, no_wandb=True))
-    secret = 7  # the study's (dpbench.tuning.tune.study_secret)
-    first_trial = tune._trial_run_spec(plan_, {}, 0, secret)
+    secret = 7  # the study's (dpbench.tuning.study.study_secret)
+    first_trial = _trial_run_spec(plan_, {}, 0, secret)
     for k in range(1, 4):
-        split = tune.ValidationSplit(0.1, secret, 1.0, k)
+        split = ValidationSplit(0.1, secret, 1.0, k)
         noise = split.score(NoCorrectAnswer(), (torch.zeros(1, 64), torch.zeros(1, dtype=torch.long), 100))
         noise = noise["noisy_accuracy"] * 10  # (0 correct + N(0, 1)) / (0.1 · 100)
         batch_draw = float(torch.randn((), generator=sampling._generator(first_trial.seed, k)))

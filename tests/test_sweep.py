@@ -141,7 +141,7 @@ def test_random_stopping_cells_run_one_study_per_seed_each_with_its_own_secret(c
     import optuna
 
     from dpbench.board import model as board_model
-    from dpbench.tuning import tune
+    from dpbench.tuning.study import default_storage, study_secret
 
     grid = {"tasks": ["breast_cancer"], "methods": ["dpsgd"], "epsilons": [1.0], "seeds": 3,
             "tracks": ["random-stopping"], "trials": 2}
@@ -150,9 +150,9 @@ def test_random_stopping_cells_run_one_study_per_seed_each_with_its_own_secret(c
     assert sorted(r["seed"] for r in released) == [0, 1, 2]
     assert all(f"-seed{r['seed']}-" in r["tuning"]["study"] for r in released)
     assert len({r["tuning"]["study_id"] for r in released}) == 3
-    storage = optuna.storages.RDBStorage(tune.default_storage())
+    storage = optuna.storages.RDBStorage(default_storage())
     studies = [optuna.load_study(study_name=r["tuning"]["study"], storage=storage) for r in released]
-    assert len({tune.study_secret(study) for study in studies}) == 3
+    assert len({study_secret(study) for study in studies}) == 3
     [table] = board_model.build_tables(released)
     assert [cell.n_seeds for cell in table.cells.values()] == [3]
     assert run_grid(grid, progress=False) == {"ran": 0, "already stored": 3, "refused": 0}

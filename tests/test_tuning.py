@@ -19,8 +19,12 @@ from dpbench.privacy.accounting import GaussianReleases
 from dpbench.results import store
 from dpbench.run import engine
 from dpbench.spec import RunSpec
-from dpbench.tuning import tune
+from dpbench.tuning import search, tune
+from dpbench.tuning.accounting import ValidationSplit, draw_k
 from dpbench.tuning.plan import MAX_TRIALS
+from dpbench.tuning.released import PUBLIC_TUNING_FIELDS
+from dpbench.tuning.study import _storage, default_storage, open_study, redacted, study_secret
+from dpbench.tuning.trials import _sampler, _trial_run_spec
 
 FAST = ["--epochs", "2", "--trials", "3", "--no-wandb"]  # a few seconds per study on digits
 
@@ -33,7 +37,7 @@ def tune_json(capsys, *args):
 # ---- the held-out part of a trial -----------------------------------------------------------------------------
 
 def test_a_trial_trains_on_the_training_part_only_and_is_not_stored():
-    split = tune.ValidationSplit(0.25, seed=1, noise_multiplier=1.0, trial=0)
+    split = ValidationSplit(0.25, seed=1, noise_multiplier=1.0, trial=0)
     held = int(split.mask(1437).sum())
     record = engine.run(RunSpec(method="dpsgd", task="digits", noise_multiplier=5.0, overrides={"epochs": 1},
                                 validation=split, append_to_store=False, no_wandb=True, progress_bar=False))
@@ -166,8 +170,8 @@ def test_a_study_is_not_reused_with_other_settings(refused, capsys):
 
 
 def test_storage_url_in_the_record_has_no_password():
-    assert tune.redacted("postgresql://alice:s3cret@db:5432/x") == "postgresql://alice:***@db:5432/x"
-    assert tune.redacted("sqlite:////tmp/a.sqlite") == "sqlite:////tmp/a.sqlite"
+    assert redacted("postgresql://alice:s3cret@db:5432/x") == "postgresql://alice:***@db:5432/x"
+    assert redacted("sqlite:////tmp/a.sqlite") == "sqlite:////tmp/a.sqlite"
 
 
 def test_an_interrupted_trial_counts_and_the_study_resumes(capsys, monkeypatch):
@@ -218,17 +222,17 @@ def test_the_release_reveals_neither_k_nor_the_other_trials(capsys):
     tuned = record["tuning"]
     hidden = {"trials_run", "trials_completed", "trials_failed", "selected_trial", "trial_seed", "k", "trials"}
     assert not hidden & set(tuned), hidden & set(tuned)
-    assert set(tuned) <= tune.PUBLIC_TUNING_FIELDS
+    assert set(tuned) <= PUBLIC_TUNING_FIELDS
     assert tuned["k_distribution"]["mean"] == 3.0 and record["seed"] == 3
     text = json.dumps(record)
     assert not [t.number for t in study.get_trials() if str(t.user_attrs["record"]["seed"]) in text]  # nor their seeds
-    assert str(tune.study_secret(study)) not in text and tuned["study_id"] == study.user_attrs["study_id"]
+    assert str(study_secret(study)) not in text and tuned["study_id"] == study.user_attrs["study_id"]
     assert k >= 1
 
 
 def recomputed_draws(seed, record, count=MAX_TRIALS):
     """The hyperparameter draws of trials 0, 1, ... of a study whose coins come from ``seed`` (the attack)."""
-    found = tune.search.distributions(record["tuning"]["search_space"])
+    found = search.distributions(record["tuning"]["search_space"])
     study = optuna.create_study(direction="maximize")
     draws = []
     for number in range(count):
@@ -244,8 +248,8 @@ def test_k_and_the_winner_cannot_be_recomputed_from_the_released_record(capsys):
     neither, while from the secret it finds both (so the attack is the right one)."""
     record = tune_json(capsys, "--method", "dpsgd", "--task", "digits", "--epsilon", "1", *FAST, "--seed", "2")
     study, selected = study_of(record), record["tuning"]["selected_params"]
-    secret, k = tune.study_secret(study), study.user_attrs["k"]
-    assert tune.draw_k(record["tuning"]["k_distribution"], secret) == k
+    secret, k = study_secret(study), study.user_attrs["k"]
+    assert draw_k(record["tuning"]["k_distribution"], secret) == k
     from_secret = recomputed_draws(secret, record, k)
     assert selected in from_secret and from_secret == [t.params for t in study.get_trials()]
     assert selected not in recomputed_draws(record["seed"], record)
@@ -255,9 +259,9 @@ def test_every_study_draws_its_own_secret(tmp_path):
     """Two studies of the same public settings (other names) draw other secrets, K from each."""
     spec = tune.TuneSpec(method="dpsgd", task="digits", epsilon=1.0, trials=3, overrides={"epochs": 1})
     plan_ = tune.plan(spec)
-    storage = tune._storage(f"sqlite:///{tmp_path / 'studies.sqlite'}", 10)
-    studies = [tune.open_study(plan_, storage, f"secret-{i}") for i in range(2)]
-    assert len({tune.study_secret(study) for study in studies}) == 2
+    storage = _storage(f"sqlite:///{tmp_path / 'studies.sqlite'}", 10)
+    studies = [open_study(plan_, storage, f"secret-{i}") for i in range(2)]
+    assert len({study_secret(study) for study in studies}) == 2
     assert all(len(study.get_trials()) == study.user_attrs["k"] for study in studies)
 
 
@@ -267,7 +271,7 @@ def test_a_secret_seed_study_writes_its_seed_nowhere_but_in_its_storage(capsys, 
     args = ["--method", "dpsgd", "--task", "digits", "--epsilon", "1", *FAST, "--secret-seed"]
     record = tune_json(capsys, *args)
     study = study_of(record)
-    seed, secret = study.user_attrs["dpbench_config"]["seed"], tune.study_secret(study)
+    seed, secret = study.user_attrs["dpbench_config"]["seed"], study_secret(study)
     assert record["seed"] == "secret" and record["tuning"]["validation"]["seed"] == "secret"
     assert record["tuning"]["config"]["split_seed"] is None
     for path in isolated_home.rglob("*"):
@@ -292,9 +296,9 @@ class _Constant(torch.nn.Module):
 def trial_coins(plan_, secret, number):
     """What trial ``number`` of a study with this secret draws, each from the code that draws it for the trial: its
     run seed, its hyperparameters, its first Poisson batch, and the noise on its validation score."""
-    study = optuna.create_study(direction="maximize", sampler=tune._sampler(plan_, secret, number))
+    study = optuna.create_study(direction="maximize", sampler=_sampler(plan_, secret, number))
     params = study.ask(plan_.distributions).params
-    spec = tune._trial_run_spec(plan_, params, number, secret)
+    spec = _trial_run_spec(plan_, params, number, secret)
     (batch,) = next(iter(engine.plan(spec, calibrate=False).sampler))  # one release per step
     fraction, n = spec.validation.fraction, 1000
     score = spec.validation.score(_Constant(), (torch.zeros(4, 1), torch.zeros(4), n))["noisy_accuracy"]
@@ -393,6 +397,6 @@ def test_a_study_whose_every_trial_failed_does_not_say_how_many_ran(capsys, tmp_
                  "--epochs", "1", "--trials", "3", "--seed", "4", "--no-wandb"])
     err = capsys.readouterr().err
     name = "digits-broken-random-stopping-eps1-seed4"
-    k = optuna.load_study(study_name=name, storage=tune.default_storage()).user_attrs["k"]
+    k = optuna.load_study(study_name=name, storage=default_storage()).user_attrs["k"]
     assert code == 1 and "failed" in err and k >= 1
     assert not re.search(rf"\b{k}\b", err.replace(name, "")), err

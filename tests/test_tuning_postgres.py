@@ -35,11 +35,12 @@ def worker(url: str, home: Path) -> subprocess.Popen:
 
 def create_study_with_k_4(url: str, monkeypatch) -> None:
     """Create the workers' study here with a secret whose K ~ Poisson(4) is 4 (enough trials for both workers): K
-    comes from the secret a study draws from the OS's entropy (dpbench.tuning.tune), which a test cannot choose."""
+    comes from the secret a study draws from the OS's entropy (dpbench.tuning.study), which a test cannot choose."""
     from dpbench.privacy import streams
     from dpbench.tuning import tune
+    from dpbench.tuning.accounting import draw_k
 
-    secret = next(s for s in range(1000) if tune.draw_k({"name": "poisson", "mean": 4.0}, s) == 4)
+    secret = next(s for s in range(1000) if draw_k({"name": "poisson", "mean": 4.0}, s) == 4)
     monkeypatch.setattr(streams, "secret_seed", lambda: secret)
     tune._open(tune.TuneSpec(method="dpsgd", task="digits", epsilon=1.0, trials=4.0, k_distribution="poisson",
                                  seed=SEED, overrides={"epochs": 100}, storage=url, study=STUDY, heartbeat_interval=1))

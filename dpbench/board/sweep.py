@@ -44,7 +44,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from dpbench import registry
 from dpbench import threads as dpbench_threads
 from dpbench.data import stages
-from dpbench.errors import UsageError
+from dpbench.errors import TuningError, UsageError
 from dpbench.method import ReleaseMethod
 from dpbench.privacy.accounting import NEIGHBOURING
 from dpbench.results import store
@@ -52,7 +52,7 @@ from dpbench.results.identity import identity as record_identity
 from dpbench.results.records import check_stored
 from dpbench.run import allocator, engine, multiseed
 from dpbench.spec import RunSpec
-from dpbench.tuning import tune, validation
+from dpbench.tuning import released, tune, validation
 
 TRACKS = ("none", "validation", "random-stopping")
 GRID_KEYS = {"tasks", "methods", "epsilons", "seeds", "tracks", "trials", "neighbouring"}
@@ -166,7 +166,7 @@ def identity(cell: Cell) -> str:
                                              noise_multiplier=1.0, sampler=None if plan_.trial.kind == "output"
                                              else "poisson"))
     return record_identity({**planned, "epsilon_target": cell.epsilon, "neighbouring": plan_.trial.neighbouring,
-                            "profile": None, "tuning": {"config": tune.tuning_config(plan_)}})
+                            "profile": None, "tuning": {"config": released.tuning_config(plan_)}})
 
 
 def run_cell(cell: Cell) -> tuple[Cell, list[dict[str, Any]], str | None]:
@@ -186,7 +186,7 @@ def run_cell(cell: Cell) -> tuple[Cell, list[dict[str, Any]], str | None]:
                                              validation.TrackSettings(cell.trials), cell.neighbouring,
                                              append_to_store=False), None
         return cell, tune.tune_together(_tune_specs(cell, cell.seeds)), None
-    except (UsageError, tune.TuningError) as error:
+    except (UsageError, TuningError) as error:
         return cell, [], str(error)
 
 
@@ -218,7 +218,7 @@ def pending(grid: dict[str, Any]) -> tuple[list[Cell], int, dict[Cell, str]]:
     for cell in cells(grid):
         try:
             key = identity(cell)
-        except (UsageError, tune.TuningError) as error:
+        except (UsageError, TuningError) as error:
             refused[cell] = str(error)
             continue
         missing = tuple(seed for seed in cell.seeds if (key, seed) not in stored)

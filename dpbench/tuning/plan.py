@@ -96,8 +96,8 @@ def plan(spec: TuneSpec, calibrate: bool = True) -> Plan:
     """Check the request and fix the per-trial mechanism and the validation split (before any trial runs).
 
     ``calibrate=False`` stops before the per-trial σ is calibrated (seconds per cell): ``plan.trial`` is then the
-    mechanism at σ = 1, enough for what decides a record's identity (:func:`tuning_config`, the trials' kind and
-    relation), which is what ``dpbench sweep`` plans every cell for."""
+    mechanism at σ = 1, enough for what decides a record's identity (:func:`dpbench.tuning.released.tuning_config`,
+    the trials' kind and relation), which is what ``dpbench sweep`` plans every cell for."""
     if spec.mode not in MODES:
         raise UsageError(f"unknown mode {spec.mode!r}; choose one of {', '.join(MODES)}")
     if not (math.isfinite(spec.epsilon) and spec.epsilon > 0):

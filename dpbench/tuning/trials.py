@@ -1,0 +1,162 @@
+"""A study's trials: each one's run (seed, hyperparameter draw and score noise from the study's secret), trained
+alone or in a batch with other studies' trials, checked against the mechanism the tuning charges, and told to the
+study as COMPLETE or FAIL (it counts either way)."""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+import warnings
+from typing import Any
+
+import optuna
+
+from dpbench.errors import UsageError
+from dpbench.privacy import streams
+from dpbench.run import engine, multiseed
+from dpbench.spec import RunSpec
+from dpbench.tuning import search
+from dpbench.tuning.accounting import ValidationSplit
+from dpbench.tuning.plan import Plan
+from dpbench.tuning.study import _claim, _Heartbeat, study_secret
+
+
+def _sampler(plan_: Plan, secret: int, trial_number: int) -> optuna.samplers.BaseSampler:
+    """Trial k's sampler, on the ``tuning-search`` stream of the study's secret at k, so that workers do not repeat
+    each other's draws (QMC: one scrambled sequence for the whole study, indexed by Optuna across workers)."""
+    seed = streams.derive(secret, "tuning-search", trial_number) % 2**32
+    if plan_.config["sampler"] == "qmc":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.QMCSampler(scramble=True, seed=streams.derive(secret, "tuning-search") % 2**32,
+                                              warn_independent_sampling=False,
+                                              warn_asynchronous_seeding=False)
+    if plan_.config["sampler"] == "tpe":
+        return optuna.samplers.TPESampler(seed=seed)
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def _trial_run_spec(plan_: Plan, params: dict[str, Any], number: int, secret: int) -> RunSpec:
+    """Trial ``number``'s run: its seed from the ``tuning-trial`` stream of the study's secret, its score noise from
+    its ``score-noise`` stream, both at ``number``; in the private modes Poisson sampling (what the per-trial event
+    assumes, whatever the method's default sampler) at the planned σ, on the split of the study's public split seed."""
+    spec = plan_.spec
+    common = dict(method=spec.method, task=spec.task, delta=plan_.delta,
+                  seed=streams.child_seed(secret, "tuning-trial", number),
+                  overrides={**spec.overrides, **params}, plugins=spec.plugins, progress_bar=False, no_wandb=True,
+                  append_to_store=False)
+    if spec.mode == "oracle":
+        return RunSpec(epsilon=spec.epsilon if plan_.method.private else None, **common)
+    validation = ValidationSplit(plan_.validation["fraction"], secret, plan_.validation["noise_multiplier"], number,
+                                 split_seed=spec.seed if spec.split_seed is None else spec.split_seed)
+    if plan_.trial.kind == "output":
+        return RunSpec(noise_multiplier=plan_.trial.noise_multiplier, neighbouring="replace-one",
+                       validation=validation, **common)
+    return RunSpec(noise_multiplier=plan_.trial.noise_multiplier, sampler="poisson",
+                   neighbouring=spec.neighbouring, validation=validation, **common)
+
+
+def _check_trial(plan_: Plan, number: int, record: dict[str, Any]) -> None:
+    """Refuse a trial whose record is not the mechanism the tuning's total charges."""
+    trial = plan_.trial
+    if trial is None:
+        return
+    if trial.kind == "output":  # the record's σ is noise std / sensitivity: equal to rounding
+        ran = (round(record["noise_multiplier"] / trial.noise_multiplier, 9), record["neighbouring"])
+        planned = (1.0, "replace-one")
+    else:
+        ran = (record["sampler"], record["sample_rate"], record["gradient_evaluations"], record["neighbouring"])
+        planned = ("poisson", trial.sample_rate, trial.releases, trial.neighbouring)
+    if ran != planned:
+        raise RuntimeError(f"trial {number} ran {ran}; the tuning charges {planned}")
+
+
+def _begin(plan_: Plan, study: optuna.Study, trial_id: int, number: int):
+    """A claimed trial's optuna handle and hyperparameters (drawn by its own sampler)."""
+    study.sampler = _sampler(plan_, study_secret(study), number)
+    trial = optuna.Trial(study, trial_id)
+    trial.set_user_attr("worker", f"{os.uname().nodename}:{os.getpid()}")
+    return trial, search.suggest(trial, plan_.distributions)
+
+
+def _finish(plan_: Plan, study: optuna.Study, trial: optuna.Trial, number: int, record: dict[str, Any] | None,
+            error: BaseException | None = None) -> None:
+    """Tell the study a trial's outcome: COMPLETE with its score, or FAIL (it counts either way)."""
+    state, value = optuna.trial.TrialState.FAIL, None
+    try:
+        if error is not None:
+            raise error
+        if record is None:
+            raise UsageError("the engine refused the trial's settings")
+        _check_trial(plan_, number, record)
+        trial.set_user_attr("record", record)
+        value = (record["validation"]["noisy_accuracy"] if plan_.trial is not None
+                 else record["metrics"]["test_accuracy"])
+        state = optuna.trial.TrialState.COMPLETE if math.isfinite(value) else optuna.trial.TrialState.FAIL
+    except Exception as failure:  # the trial failed: it counts, and the next one runs
+        trial.set_user_attr("error", f"{type(failure).__name__}: {failure}")
+        print(f"dpbench: trial {number} failed (it still counts): {type(failure).__name__}: {failure}",
+              file=sys.stderr)
+    finally:  # also on KeyboardInterrupt: the trial is told FAIL and still counts
+        try:
+            study.tell(trial, value if state == optuna.trial.TrialState.COMPLETE else None, state=state)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass  # failed as stale by another worker meanwhile: it counts, once
+
+
+def _run_trial(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBStorage,
+               claimed: tuple[int, int]) -> None:
+    """Sample, train and score one claimed trial and tell the study; any failure is told as FAIL (it counts)."""
+    (trial_id, number), trial, record, error = claimed, None, None, None
+    try:
+        with _Heartbeat(storage, trial_id, plan_.spec.heartbeat_interval):
+            if storage.get_trial(trial_id).state != optuna.trial.TrialState.RUNNING:
+                return  # failed as stale before it started: it counts, and it never touches the data
+            trial, params = _begin(plan_, study, trial_id, number)
+            record = engine.run(_trial_run_spec(plan_, params, number, study_secret(study)))
+    except Exception as failure:
+        error = failure
+    finally:
+        if trial is not None:
+            _finish(plan_, study, trial, number, record, error)
+
+
+def _run_together(claimed: list[tuple[Plan, optuna.Study, tuple[int, int]]],
+                  storage: optuna.storages.RDBStorage) -> None:
+    """Claimed trials of studies that share a per-trial mechanism, trained as one batch where
+    :mod:`dpbench.run.multiseed` applies (each trial keeps its own seed, hyperparameters, noise and score), else one
+    by one; each trial is told its own outcome, as :func:`_run_trial` would."""
+    interval = min(plan_.spec.heartbeat_interval for plan_, _, _ in claimed)
+    with _Heartbeat(storage, [trial_id for _, _, (trial_id, _) in claimed], interval):
+        begun = []
+        for plan_, study, (trial_id, number) in claimed:
+            trial, params = _begin(plan_, study, trial_id, number)
+            begun.append((plan_, study, trial, number, params))
+        specs = [_trial_run_spec(plan_, params, number, study_secret(study))
+                 for plan_, study, _, number, params in begun]
+        try:
+            outcomes = [(record, None) for record in multiseed.run_many(specs)]
+        except Exception:  # one trial's failure must not fail the others: run them one by one
+            outcomes = []
+            for spec in specs:
+                try:
+                    outcomes.append((engine.run(spec), None))
+                except Exception as error:
+                    outcomes.append((None, error))
+    for (plan_, study, trial, number, _), (record, error) in zip(begun, outcomes):
+        _finish(plan_, study, trial, number, record, error)
+
+
+def work(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBStorage) -> None:
+    """Run trials until none is left to claim, then wait for the other workers' trials (failing stale ones)."""
+    while (claimed := _claim(study, storage)) is not None:
+        _run_trial(plan_, study, storage, claimed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        while True:
+            optuna.storages.fail_stale_trials(study)
+            if not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,
+                                                            optuna.trial.TrialState.WAITING)):
+                return
+            time.sleep(min(plan_.spec.heartbeat_interval, 2))
