@@ -59,3 +59,20 @@ def test_a_large_tensor_freed_by_one_step_is_reused_by_the_next_in_a_worker_thre
     faults = int(subprocess.run([sys.executable, "-c", REUSE], check=True, capture_output=True, text=True,
                                 env=env).stdout)
     assert (faults < 1000) == (setting == "dpbench")
+
+
+def test_every_privacy_mutant_finds_its_snippet_exactly_once():
+    """A mutant whose snippet no longer matches the code (after an edit or a move) plants nothing: the runner
+    refuses it only when someone runs it. Checked here, where every change runs."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "privacy_mutants.py"
+    spec = importlib.util.spec_from_file_location("privacy_mutants", path)
+    mutants = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mutants  # its dataclass looks its module up there
+    spec.loader.exec_module(mutants)
+    root = path.parents[1]
+    stale = {m.name: (root / m.file).read_text().count(m.old) for m in mutants.MUTANTS
+             if (root / m.file).read_text().count(m.old) != 1}
+    assert not stale, f"mutants whose snippet does not occur exactly once (name: occurrences): {stale}"
+    assert len({m.name for m in mutants.MUTANTS}) == len(mutants.MUTANTS), "two mutants share a name"
