@@ -68,3 +68,12 @@ def test_a_bad_progress_interval_is_refused(monkeypatch):
     monkeypatch.setenv("DPBENCH_PROGRESS_SECONDS", "0")
     with pytest.raises(UsageError, match="DPBENCH_PROGRESS_SECONDS must be a number of seconds > 0, got '0'"):
         stages.bar(total=1)
+
+
+def test_rates_are_printed_in_plain_digits():
+    """A run above 1000 steps/s printed ``1.04e+03 step/s`` (format .3g), which the progress test's pattern (and a
+    reader) does not expect; it failed whenever the machine was fast enough."""
+    from dpbench.data.stages import _plain
+
+    shown = [_plain(rate) for rate in (0, 1.234e-5, 0.0012345, 0.5, 12.345, 99.96, 999.6, 1040.3, 123456.7)]
+    assert shown == ["0", "0.000012", "0.00123", "0.5", "12.3", "100", "1000", "1040", "123457"]

@@ -133,6 +133,11 @@ def eta() -> str:
     return plan.eta() if plan is not None and plan.stages else ""
 
 
+def _plain(rate: float) -> str:
+    """A rate in plain digits, three significant where it has them (never ``1.04e+03`` nor ``1e-05``)."""
+    return f"{rate:.0f}" if rate >= 99.95 else f"{rate:.3g}" if rate >= 0.001 else f"{rate:.6f}".rstrip("0").rstrip(".")
+
+
 def clock(seconds: float) -> str:
     """``m:ss``, or ``h:mm:ss`` from an hour."""
     seconds = int(seconds)
@@ -209,7 +214,7 @@ class Lines:
         parts = [f"{self.n}/{self.total} {self.unit}" if self.total else f"{self.n} {self.unit}"]
         if self.total:
             parts[0] += f" ({100 * self.n / self.total:.0f}%)"
-        parts.append(f"{rate:.3g} {self.unit}/s")
+        parts.append(f"{_plain(rate)} {self.unit}/s")
         if done:
             parts.append(f"done in {clock(elapsed)}")
         elif self.total and rate > 0:
