@@ -227,7 +227,7 @@ MUTANTS = [
     Mutant("canaries-rows", "audit", "more canaries than training rows are accepted", "dpbench/trust/canaries.py",
            "        if m > len(x):\n", "        if False:\n", first="tests/test_audit.py"),
     Mutant("audit-status-old-design", "audit", "a pass with the canaries a plugin could see counts on the board",
-           "dpbench/trust/audit.py", '            and record.get("canary_design") == CANARY_DESIGN)', ")",
+           "dpbench/trust/audit.py", '            and record.get("canary_design") == CANARY_DESIGN\n', "\n",
            first="tests/test_audit.py"),
     # issue 31: verify (plan counts, error bound, whole-record reruns) and the checkpoint's ledger
     Mutant("verify-counts-from-record", "verify", "verify takes the releases and steps from the record, not from its "
@@ -495,6 +495,36 @@ MUTANTS = [
     Mutant("audit-canaries-public", "audit", "an isolated audit draws its canaries from the public seed",
            "dpbench/trust/audit.py", "streams.secret_seed() if spec.isolate else spec.seed", "spec.seed",
            first="tests/test_audit.py::test_an_isolated_audit_draws_its_canaries_from_a_secret"),
+    Mutant("ghost-exact-linear", "clipping", "an isolated method's sequence Linear takes the ghost norm, which its "
+           "parameters can cancel to 0", "dpbench/privacy/ghost.py",
+           "if steps * steps <= p * q and not self.exact:  # ghost norm", "if steps * steps <= p * q:  # ghost norm",
+           first="tests/test_ghost.py::test_exact_norms_cannot_be_cancelled_by_the_parameters"),
+    Mutant("ghost-exact-conv", "clipping", "an isolated method's Conv2d takes the ghost norm", "dpbench/privacy/ghost.py",
+           "layer.out_channels and not self.exact  # T² ≤ p·q", "layer.out_channels  # T² ≤ p·q",
+           first="tests/test_ghost.py::test_exact_norms_cannot_be_cancelled_by_the_parameters"),
+    Mutant("ghost-exact-embedding", "clipping", "an isolated method's Embedding takes the ghost norm",
+           "dpbench/privacy/ghost.py", " and not module.sparse and not exact:", " and not module.sparse:",
+           first="tests/test_ghost.py::test_exact_norms_cannot_be_cancelled_by_the_parameters"),
+    Mutant("isolated-not-exact", "isolation", "an isolated run clips with the cancellable ghost norms",
+           "dpbench/run/training.py", "make_clipper(task.model, self.current_transform(), exact=isolate)",
+           "make_clipper(task.model, self.current_transform(), exact=False)",
+           first="tests/test_isolation.py::test_built_in_methods_compute_the_same_isolated"),
+    Mutant("ghost-sum-into-noise", "clipping", "the fast clipper adds its per-token terms into the noise one by one "
+           "(they can round the noise away)", "dpbench/privacy/ghost.py",
+           "own = sums if into is None or affine is not None else", "own = sums if True else",
+           first="tests/test_ghost.py::test_the_clipped_sum_is_added_to_the_noise_once"),
+    Mutant("conv-off-patch", "clipping", "a convolution input that is not finite where no patch reads it keeps its "
+           "example", "dpbench/privacy/ghost.py",
+           'sq_norms = sq_norms + torch.where(x.flatten(1).isfinite().all(1), 0.0, float("nan"))',
+           "sq_norms = sq_norms + 0", first="tests/test_nonfinite.py"),
+    Mutant("audit-isolated-public-coins", "audit", "an isolated audit with canaries from the public seed counts",
+           "dpbench/trust/audit.py",
+           'and (record.get("isolation") != "process" or record.get("canary_coins") == "secret"))', "and True)",
+           first="tests/test_audit.py::test_audit_status_and_the_board_mark"),
+    Mutant("pinned-siblings", "isolation", "an isolated plugin's sibling imports load from the disk (bytecode "
+           "included), not from the hashed bytes", "dpbench/registry.py",
+           "    sys.meta_path.insert(0, _PinnedFinder({Path(path).parent for path in _PINNED}))", "",
+           first="tests/test_isolation.py::test_an_isolated_plugin_imports_nothing_from_its_folder_but_the_hashed_files"),
     Mutant("nonfinite-data", "clipping", "training features that are not finite are accepted (the batched closed "
            "form does not zero a data row)", "dpbench/data/taskdata.py",
            "x.layout == torch.strided and not bool(x.isfinite().all()):", "False:",

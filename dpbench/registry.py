@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import inspect
@@ -43,9 +45,43 @@ _PINNED: dict[str, bytes] | None = None
 def pin_sources(sources: dict[str, bytes]) -> None:
     """From now on, in this process, load plugin files only from ``sources`` ({resolved path: bytes}), never from
     the disk: an isolated method's process (:mod:`dpbench.run.isolation`) runs exactly the bytes its parent hashed,
-    whatever happened to the files since. A plugin folder's files are then the pinned paths in it."""
+    whatever happened to the files since. A plugin folder's files are then the pinned paths in it, and an import
+    that would load anything else from a plugin folder (a sibling module through ``sys.path``, its cached or
+    sourceless bytecode, a package) is served from the pinned bytes or refused (:class:`_PinnedFinder`)."""
     global _PINNED
     _PINNED = dict(sources)
+    sys.meta_path.insert(0, _PinnedFinder({Path(path).parent for path in _PINNED}))
+
+
+class _PinnedFinder(importlib.abc.MetaPathFinder):
+    """Imports of files in the plugin ``folders``: a pinned ``*.py`` file is compiled from its pinned bytes, anything
+    else there is an ImportError (the record's hash covers only the pinned files)."""
+
+    def __init__(self, folders: set[Path]):
+        self.folders = folders
+
+    def find_spec(self, fullname, path, target=None):
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or not spec.origin or not spec.has_location:
+            return None
+        origin = Path(spec.origin).resolve()
+        if not any(folder == origin.parent or folder in origin.parents for folder in self.folders):
+            return None
+        if str(origin) in _PINNED and spec.submodule_search_locations is None:
+            return importlib.util.spec_from_loader(fullname, _PinnedLoader(origin), origin=str(origin))
+        raise ImportError(f"{fullname}: {origin} is in a plugin folder but is none of the files its hash covers")
+
+
+class _PinnedLoader(importlib.abc.Loader):
+    def __init__(self, path: Path):
+        self.path = path
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module) -> None:
+        module.__file__ = str(self.path)
+        exec(compile(_PINNED[str(self.path)], str(self.path), "exec", dont_inherit=True), module.__dict__)  # noqa: S102
 
 
 def _load_file(path: Path) -> ModuleType:

@@ -251,16 +251,19 @@ def test_noise_divided_by_10_moves_the_bound_but_is_not_caught(mirror, noise_div
 # --- the board's rule -----------------------------------------------------------------------------------------
 
 def fake_audit(sha, task, passed, threat_model="white-box", ledger_version=audit.records.LEDGER_VERSION,
-               design=audit.CANARY_DESIGN, isolation="in-process"):
+               design=audit.CANARY_DESIGN, isolation="in-process", coins=None):
     return {"kind": "audit", "task": task, "passed": passed, "threat_model": threat_model,
             "ledger_version": ledger_version, "canary_design": design, "isolation": isolation,
+            "canary_coins": coins or ("secret" if isolation == "process" else "seed"),
             "code": {"method": {"sha256": sha, "external": True}}}
 
 
 def test_audit_status_and_the_board_mark():
     records = [fake_audit("a", "digits", True), fake_audit("a", "adult", True), fake_audit("a", "adult", False),
                fake_audit("b", "digits", True, "black-box"), fake_audit("c", "digits", True, ledger_version=1),
-               fake_audit("d", "digits", True, isolation="process"), {"kind": "run", "task": "digits"}]
+               fake_audit("d", "digits", True, isolation="process"), {"kind": "run", "task": "digits"},
+               # an isolated audit with canaries from the public seed (the design before 26 November 2026)
+               fake_audit("e", "digits", True, isolation="process", coins="seed")]
     status = audit.audit_status(records)
     assert status == {("a", "digits", "in-process"): "passed", ("a", "adult", "in-process"): "failed",
                       ("d", "digits", "process"): "passed"}

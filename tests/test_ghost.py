@@ -1,4 +1,6 @@
 """The fast clipping path against the reference (vmap) path, layer type by layer type."""
+import contextlib
+
 import pytest
 import torch
 from torch import nn
@@ -262,3 +264,67 @@ def test_adaclip_clipped_sum_moves_by_at_most_c_over_b_when_one_example_changes(
     exact = torch.cat([torch.tensordot(factors, (g - m.double()) / s.double(), dims=1).flatten()
                        for g, m, s in zip(gradients, shift, scale)])
     assert float((whole - exact).norm()) <= 1e-6 / batch
+
+
+# --- parameters chosen against the ghost norms (hostile review, 26 November 2026) -------------------------------
+
+BIG, DELTA = 2.0**60, 2.0**46  # +BIG and −(BIG − DELTA) on two positions: the per-example gradient is ~DELTA
+
+
+def _readout(features: int, positions: tuple[int, int], big: float = BIG, delta: float = DELTA) -> nn.Linear:
+    """A frozen readout: logit 0 is +big times feature positions[0] and −(big − delta) times positions[1]."""
+    readout = nn.Linear(features, 3, bias=False)
+    readout.weight.requires_grad_(False)
+    with torch.no_grad():
+        readout.weight.zero_()
+        readout.weight[0, positions[0]], readout.weight[0, positions[1]] = big, -(big - delta)
+    return readout
+
+
+def _cancelling(kind: str):
+    """A model whose one example has two positions with the same input and output gradients +G and −(G − δ): the
+    ghost norm Σ_{t,s} (a_t·a_s)(g_t·g_s) is a float32 sum of ±G² terms that rounds to 0."""
+    if kind == "linear":
+        layer = nn.Linear(2, 2, bias=False)
+        model, x = nn.Sequential(layer, Flatten(), _readout(4, (0, 2))), torch.tensor([[[1.0, 0.5], [1.0, 0.5]]])
+    elif kind == "conv":
+        layer = nn.Conv2d(1, 4, 1, bias=False)
+        model, x = nn.Sequential(layer, Flatten(), _readout(8, (0, 1), 2.0**40, 2.0**28)), torch.ones(1, 1, 1, 2)
+    else:
+        layer = nn.Embedding(5, 2)
+        model, x = nn.Sequential(layer, Flatten(), _readout(4, (0, 2))), torch.tensor([[3, 3]])
+    with torch.no_grad():
+        layer.weight.zero_()  # logits 0, output gradients not
+    return Tiny(model), x, torch.tensor([1])
+
+
+@pytest.mark.parametrize("kind", ["linear", "conv", "embedding"])
+def test_exact_norms_cannot_be_cancelled_by_the_parameters(kind):
+    """The ghost norms of a sequence Linear, a Conv2d and an Embedding cancelled to 0 under such parameters, so the
+    example went unclipped and added 10⁷–10¹³·C. The clipper of an isolated method (``exact``) norms materialized
+    per-example gradients instead (the reference path for an Embedding): the example adds at most C."""
+    task, x, y = _cancelling(kind)
+    with pytest.warns(UserWarning, match="reference path") if kind == "embedding" else contextlib.nullcontext():
+        clipper = make_clipper(task.model, exact=True)
+    assert clipper.name == ("vmap" if kind == "embedding" else "ghost-exact")
+    sums, _ = clipper.clipped_sum(task, x, y, 1.0, into=[torch.zeros_like(p) for p in task.model.parameters()
+                                                          if p.requires_grad])
+    assert float(torch.sqrt(sum(t.double().square().sum() for t in sums))) <= 1 + 1e-5
+
+
+def test_the_clipped_sum_is_added_to_the_noise_once():
+    """The Embedding's sum was added into the noise token by token: two tokens' terms of ±2²⁴ rounded the noise away
+    (two noise draws gave the same release). Each rule now sums into a buffer of its own, added to the noise once."""
+    model = nn.Sequential(nn.Embedding(5, 2), Flatten(), _readout(4, (0, 2), 2.0**40, 2.0**16))
+    with torch.no_grad():
+        model[0].weight.zero_()
+    task, x, y = Tiny(model), torch.tensor([[3, 3], [1, 2]]), torch.tensor([1, 1])
+    # factor 1 (C = ∞): the terms are ±2⁴⁰/3 and their sum about 2¹⁶/3, as a correct clip factor would leave them
+    alone, _ = GhostClipper().clipped_sum(task, x, y, float("inf"))
+    releases = []
+    for seed in range(3):
+        noise = torch.randn(5, 2, generator=torch.Generator().manual_seed(seed))
+        released, _ = GhostClipper().clipped_sum(task, x, y, float("inf"), into=[noise.clone()])
+        assert torch.equal(released[0], noise + alone[0])
+        releases.append(released[0][3])
+    assert not torch.equal(releases[0], releases[1])  # the noise survives

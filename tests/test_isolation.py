@@ -92,6 +92,7 @@ def test_built_in_methods_compute_the_same_isolated(method_name, task, overrides
     spec = dict(epsilon=1.0, overrides=overrides, plugins=())
     inside, outside = run(method_name, task, **spec), run(method_name, task, isolate=True, **spec)
     assert inside["metrics"] == outside["metrics"] and inside["hyperparameters"] == outside["hyperparameters"]
+    assert (inside["clipping"], outside["clipping"]) == ("ghost", "ghost-exact")  # norms an isolated method cannot cancel
 
 
 def test_an_isolated_runs_batches_are_not_the_public_seeds(monkeypatch):
@@ -383,3 +384,25 @@ def test_an_isolated_process_runs_the_bytes_the_parent_hashed(tmp_path):
         assert isolated.transform == "identity"
     finally:
         isolated.close()
+
+
+def test_an_isolated_plugin_imports_nothing_from_its_folder_but_the_hashed_files(tmp_path):
+    """A plugin that put its folder on ``sys.path`` and imported a sibling ran that sibling's cached bytecode (an
+    unchecked hash-based .pyc of other source), not its hashed source; a sibling that is no ``*.py`` file (a
+    sourceless .pyc) ran unhashed. In the isolated process both now come from the hashed bytes or are refused."""
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    importer = MINE.replace('description = "DESCRIPTION"', 'description = DESCRIPTION').replace(
+        "from dpbench.methods.dpsgd import DPSGD",
+        "import os, sys\nsys.path.insert(0, os.path.dirname(__file__))\nfrom helper import DESCRIPTION\n"
+        "from dpbench.methods.dpsgd import DPSGD")
+    (folder / "mine.py").write_text(importer)
+    (folder / "helper.py").write_text('DESCRIPTION = "hashed helper"\n')
+    (tmp_path / "other.py").write_text('DESCRIPTION = "unhashed bytecode"\n')
+    py_compile.compile(str(tmp_path / "other.py"), cfile=importlib.util.cache_from_source(str(folder / "helper.py")),
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    assert isolation.describe("mine", [folder]).description == "hashed helper"
+    (folder / "helper.py").unlink()  # only the sourceless .pyc is left beside mine.py
+    os.replace(importlib.util.cache_from_source(str(folder / "helper.py")), folder / "helper.pyc")
+    with pytest.raises(UsageError, match="none of the files its hash covers"):
+        isolation.describe("mine", [folder])

@@ -109,3 +109,31 @@ def test_training_features_that_are_not_finite_are_refused():
     with pytest.raises(ValueError, match="not finite"):
         TaskData(x, torch.zeros(3), torch.zeros(1, 2), torch.zeros(1), "toy", "none")
     TaskData(torch.zeros(3, 2), torch.zeros(3), torch.zeros(1, 2), torch.zeros(1), "toy", "none")
+
+
+class _NotFiniteOffPatch(nn.Module):
+    """Puts NaN into pixel row 1 of the examples whose first pixel is above 50: a row a 1×1 convolution of stride 2
+    never reads."""
+
+    def forward(self, x):
+        target = x[:, :1, :1, :1] > 50
+        row = torch.zeros(1, 1, x.shape[2], 1, dtype=torch.bool)
+        row[0, 0, 1, 0] = True
+        return torch.where(target & row, float("nan"), x)
+
+
+@pytest.mark.parametrize("out_channels, features", [(8, 32), (1, 4)])  # ghost norm (T² ≤ p·q), materialized
+def test_a_convolution_input_that_is_not_finite_drops_its_example_even_where_no_patch_reads_it(out_channels,
+                                                                                               features):
+    """A pixel in no patch is in no norm, but the weight's sum (``F.grad.conv2d_weight``) is handed the whole input:
+    that the backend skips it is not a guarantee (hostile review, 26 November 2026). The example is dropped."""
+    torch.manual_seed(0)
+    model = nn.Sequential(_NotFiniteOffPatch(), nn.Conv2d(2, out_channels, 1, stride=2), nn.Flatten(),
+                          nn.Linear(features, 3))
+    task, x, y = Tiny(model), torch.randn(4, 2, 3, 3), torch.tensor([0, 1, 2, 1])
+    x[0, 0, 0, 0] = 100
+    with_it, norms = GhostClipper().clipped_sum(task, x, y, 1.0, scale=0.25)
+    without, _ = GhostClipper().clipped_sum(task, x[1:], y[1:], 1.0, scale=0.25)
+    assert not bool(norms[0].isfinite())
+    for released, reference in zip(with_it, without):
+        torch.testing.assert_close(released, reference)

@@ -50,8 +50,8 @@ def _add_weighted_sum(total: torch.Tensor, factors: torch.Tensor, per_example: t
 
 
 class _Linear:
-    def __init__(self, layer: nn.Linear):
-        self.layer = layer
+    def __init__(self, layer: nn.Linear, exact: bool = False):
+        self.layer, self.exact = layer, exact
 
     def record(self, inputs, output):
         return inputs[0]
@@ -70,7 +70,7 @@ class _Linear:
         steps, p, q = a.shape[1], a.shape[2], g.shape[2]
         sq_norms, per_example, bias_grads = 0, None, None
         if weight.requires_grad:
-            if steps * steps <= p * q:  # ghost norm
+            if steps * steps <= p * q and not self.exact:  # ghost norm
                 sq_norms = (torch.bmm(a, a.transpose(1, 2)) * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
             else:  # per-example gradients are smaller than the T×T Gram matrices
                 per_example = torch.bmm(g.transpose(1, 2), a)
@@ -250,13 +250,13 @@ class _Conv2d:
     gradients (B·q·p numbers) come from one grouped convolution and are summed with the clip factors.
     """
 
-    def __init__(self, layer: nn.Conv2d):
-        self.layer = layer
+    def __init__(self, layer: nn.Conv2d, exact: bool = False):
+        self.layer, self.exact = layer, exact
 
     def record(self, inputs, output):
         layer, x = self.layer, inputs[0]
         positions = output.shape[2] * output.shape[3]
-        ghost = positions * positions <= layer.weight[0].numel() * layer.out_channels  # T² ≤ p·q
+        ghost = positions * positions <= layer.weight[0].numel() * layer.out_channels and not self.exact  # T² ≤ p·q
         return x, (_patch_gram(x, layer) if ghost and layer.weight.requires_grad else None)
 
     def supports_affine(self, recorded) -> bool:
@@ -281,6 +281,8 @@ class _Conv2d:
         if bias is not None and bias.requires_grad:
             bias_grads = g.sum((2, 3))
             sq_norms = sq_norms + bias_grads.square().sum(1)
+        if weight.requires_grad:  # an input pixel in no patch is in no norm, but the weight's sum reads it
+            sq_norms = sq_norms + torch.where(x.flatten(1).isfinite().all(1), 0.0, float("nan"))
 
         def clipped(factors, into):
             if weight.requires_grad:
@@ -359,13 +361,14 @@ class _Normalization:
         return sq_norms, clipped
 
 
-def _rule(module: nn.Module):
+def _rule(module: nn.Module, exact: bool = False):
+    """The layer's rule; with ``exact``, only rules whose norms cannot cancel (see :class:`GhostClipper`)."""
     if isinstance(module, nn.Linear):
-        return _Linear(module)
+        return _Linear(module, exact)
     if isinstance(module, nn.Conv2d) and module.groups == 1 and module.padding_mode == "zeros" \
             and not isinstance(module.padding, str):
-        return _Conv2d(module)
-    if isinstance(module, nn.Embedding) and module.max_norm is None and not module.sparse:
+        return _Conv2d(module, exact)
+    if isinstance(module, nn.Embedding) and module.max_norm is None and not module.sparse and not exact:
         return _Embedding(module)
     if isinstance(module, (nn.LayerNorm, nn.GroupNorm)) and getattr(module, "elementwise_affine", True) \
             and getattr(module, "affine", True):
@@ -373,12 +376,13 @@ def _rule(module: nn.Module):
     return None
 
 
-def unsupported_layers(model: nn.Module) -> list[str]:
-    """Names of modules with trainable parameters of their own that have no fast rule."""
+def unsupported_layers(model: nn.Module, exact: bool = False) -> list[str]:
+    """Names of modules with trainable parameters of their own that have no fast rule (``exact``: no rule whose
+    norms cannot cancel)."""
     return [
         f"{name or 'model'} ({type(module).__name__})"
         for name, module in model.named_modules()
-        if any(p.requires_grad for p in module.parameters(recurse=False)) and _rule(module) is None
+        if any(p.requires_grad for p in module.parameters(recurse=False)) and _rule(module, exact) is None
     ]
 
 
@@ -387,9 +391,25 @@ class GhostClipper:
 
     A :class:`~dpbench.privacy.clipping.CoordinateAffine` transform is applied in closed form for Linear layers with one
     input per example and for LayerNorm/GroupNorm; for any other layer the call falls back to the reference path.
+
+    ``exact``: for parameters a method may choose adversarially (an isolated method), only norms that cannot cancel.
+    The ghost norm ⟨a aᵀ, g gᵀ⟩ of a sequence Linear, a Conv2d or an Embedding is a float32 sum of terms of both
+    signs: parameters that put +L and −(L − δ) on two positions of one example make it round to 0, so that example
+    is not clipped while the sum adds its real gradient, 10⁷–10¹³·C (hostile review, 26 November 2026). Exact mode
+    materializes those layers' per-example gradients (Linear, Conv2d) and norms them as sums of squares, and has no
+    rule for Embedding (:func:`make_clipper` then takes the reference path); the one-input Linear's ‖g‖²‖a‖² and
+    the normalization layers' materialized gradients cannot cancel. Methods in the training process are trusted
+    code (README, "Threat model"), for which the ghost norms' rounding is ~10⁻⁷ relative.
+
+    Either way the clipped sum is formed in buffers of its own and added to ``into`` (the release's noise) once:
+    adding large per-token terms into the noise one by one (``index_add_``) could round the noise away. (The
+    affine path adds its float64 sum to the noise itself, with one rounding.)
     """
 
     name = "ghost"
+
+    def __init__(self, exact: bool = False):
+        self.exact, self.name = exact, "ghost-exact" if exact else "ghost"  # the record's ``clipping``
 
     def clipped_sum(self, task: Task, x, y, max_norm, transform: Transform | None = None, scale: float = 1.0,
                     into: list[torch.Tensor] | None = None):
@@ -401,8 +421,9 @@ class GhostClipper:
         if len(x) == 0:
             return sums, torch.zeros(0, device=x.device)
         affine = None if transform is None else dict(zip(trainable, zip(transform.shift, transform.scale)))
-        rules = [(module, rule) for module in model.modules()
-                 if any(p.requires_grad for p in module.parameters(recurse=False)) and (rule := _rule(module))]
+        rules = [(module, rule) for module in model.modules() if any(p.requires_grad for p in
+                                                                   module.parameters(recurse=False))
+                 and (rule := _rule(module, self.exact))]
         recorded: list[tuple] = []
 
         def hook_for(rule):
@@ -429,7 +450,8 @@ class GhostClipper:
             per_layer = [rule.backward(one, g, affine) for rule, one, g in zip(rules, saved, output_grads)]
             norms = sum(sq_norms for sq_norms, _ in per_layer).clamp_min(0).sqrt()
             # An example whose norm is not finite gets factor 0 (clipping.keep_finite says why). A finite norm
-            # implies finite rows in every tensor the sum reads (each rule's norm multiplies or sums them all), so
+            # implies finite rows in every tensor the sum reads (each rule's norm multiplies or sums them all, and
+            # a convolution's checks its input, whose pixels in no patch are in no norm), so
             # only a batch with such an example, which an honest run almost never meets, has its rows zeroed and
             # its layer rules rerun, lest 0 · inf make the sum NaN.
             kept = norms.isfinite()
@@ -437,9 +459,13 @@ class GhostClipper:
                 saved, output_grads = _zero_rows(saved, list(output_grads), kept)
                 per_layer = [rule.backward(one, g, affine) for rule, one, g in zip(rules, saved, output_grads)]
             factors = clip_factors(norms, max_norm, scale)
-            by_parameter = dict(zip(trainable, sums))
+            own = sums if into is None or affine is not None else [torch.zeros_like(t) for t in sums]
+            by_parameter = dict(zip(trainable, own))
             for _, clipped in per_layer:
                 clipped(factors, by_parameter)
+            if own is not sums:
+                for total, part in zip(sums, own):
+                    total.add_(part)
         return sums, norms
 
 
@@ -453,9 +479,10 @@ def _zero_rows(saved: list, output_grads: list[torch.Tensor], kept: torch.Tensor
     return records, list(rest)
 
 
-def make_clipper(model: nn.Module, transform: Transform | None = None) -> PerExampleClipper:
-    """The fast clipper where every layer has a rule for ``transform``, else the reference, with a warning."""
-    missing = unsupported_layers(model)
+def make_clipper(model: nn.Module, transform: Transform | None = None, exact: bool = False) -> PerExampleClipper:
+    """The fast clipper where every layer has a rule for ``transform`` (with ``exact``, a rule whose norms cannot
+    cancel: :class:`GhostClipper`), else the reference, with a warning."""
+    missing = unsupported_layers(model, exact)
     if transform is not None and not isinstance(transform, CoordinateAffine):
         # an arbitrary transform of per-example gradients needs them materialized: say so (it is much slower)
         warnings.warn(f"the method's per_example_transform ({type(transform).__qualname__}) is not a "
@@ -470,4 +497,4 @@ def make_clipper(model: nn.Module, transform: Transform | None = None) -> PerExa
     if missing:
         warnings.warn(f"no fast per-example clipping for {', '.join(missing)}; using the vmap reference path")
         return VmapClipper()
-    return GhostClipper()
+    return GhostClipper(exact)

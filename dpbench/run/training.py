@@ -75,7 +75,8 @@ class PrivateTraining(pl.LightningModule):
         except ValueError as error:
             raise UsageError(f"{method.name}: {error}") from None
         self.transforms = method.per_example_transform is not Method.per_example_transform
-        self.clipper = clipper or (make_clipper(task.model, self.current_transform()) if method.private else None)
+        self.clipper = clipper or (make_clipper(task.model, self.current_transform(), exact=isolate)
+                                   if method.private else None)  # isolated: norms that cannot cancel
         self.epsilon_so_far = epsilon_so_far  # for the per-epoch privacy log, when a logger is attached
         self.automatic_optimization = False
         self.releases = 0  # the ledger: every batch drawn for a private method

@@ -190,7 +190,9 @@ def audit(spec: AuditSpec) -> dict[str, Any]:
 def _current_white_box(record: dict[str, Any]) -> bool:
     return (record.get("kind") == "audit" and record.get("threat_model") == "white-box"
             and record.get("ledger_version") == records.LEDGER_VERSION
-            and record.get("canary_design") == CANARY_DESIGN)
+            and record.get("canary_design") == CANARY_DESIGN
+            # an isolated audit whose canaries came from the public seed (before 26 November 2026) is not evidence
+            and (record.get("isolation") != "process" or record.get("canary_coins") == "secret"))
 
 
 def audit_status(all_records: list[dict[str, Any]]) -> dict[tuple[str, str, str], str]:
