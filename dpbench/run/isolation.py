@@ -23,6 +23,9 @@ In one Python process a method can always reach the data (closures, ``gc``, stac
   asks ``release``; the parent copies the values into the model, computes the release into tensors of its own and
   only then copies the finished noisy gradient into the shared buffer (the child never sees the noise alone), and
   answers ``released``; the child ends the step with its final values and ``done``;
+* the parameters are the child's choice, so the clippers must not be steerable by them: the run clips with norms
+  that cannot cancel (:class:`~dpbench.privacy.ghost.GhostClipper` ``exact``), and an example whose gradient is not
+  finite adds nothing (:func:`~dpbench.privacy.clipping.keep_finite`);
 * a per-example transform runs beside the data, so in isolated mode it can only be data: the identity or a
   ``CoordinateAffine`` (AdaCliP's (g − m)/b), copied by the parent before use and refused unless finite with a
   positive scale (its shapes are the parameters': the parent lays out the buffers); a transform that is code is
