@@ -66,7 +66,7 @@ MUTANTS = [
            "dpbench/privacy/clipping.py", "factors = (max_norm * scale) / norms.clamp_min(max_norm)",
            "factors = torch.full_like(norms, scale)", first="tests/test_clipping.py"),
     Mutant("adaclip-cancellation", "clipping", "AdaCliP's closed-form norm without its rounding bound (float32)",
-           "dpbench/privacy/ghost.py", "return ((sq + error) * (1 + 2.0**-22)).float()",
+           "dpbench/privacy/affine.py", "return ((sq + error) * (1 + 2.0**-22)).float()",
            "return (t1.float() - 2 * t2.float() + t3.float()).clamp_min(0)", first="tests/test_adaclip.py"),
     Mutant("mixing-layers", "clipping", "layers that mix examples (batch norm) are no longer refused",
            "dpbench/run/engine.py", "        guards.refuse_example_mixing(task, rows.first(data.x_test, 3))", "        pass",
@@ -359,11 +359,11 @@ MUTANTS = [
            'return f"{importlib.metadata.version(\'dp-accounting\')}"', first="tests/test_cache.py"),
     # issue 31: AdaCliP's clipped sum and the batched runs' refusals
     Mutant("adaclip-sum-float32", "clipping", "AdaCliP's closed-form clipped sum accumulated in float32 again",
-           "dpbench/privacy/ghost.py", "a64, weighted = a.double(), g.double() * factors.double().unsqueeze(-1)",
+           "dpbench/privacy/affine.py", "a64, weighted = a.double(), g.double() * factors.double().unsqueeze(-1)",
            "a64, weighted = a, g * factors.unsqueeze(-1)",
            first="tests/test_ghost.py"),
     Mutant("adaclip-sum-unbounded", "clipping", "the rounding bound of AdaCliP's closed-form sum ignored (never "
-           "materialized)", "dpbench/privacy/ghost.py", "for run in (error_norms > SUM_TOLERANCE * largest).nonzero()",
+           "materialized)", "dpbench/privacy/affine.py", "for run in (error_norms > SUM_TOLERANCE * largest).nonzero()",
            "for run in (error_norms < 0).nonzero()", first="tests/test_ghost.py"),
     Mutant("multiseed-release-method", "batched seeds", "a method that releases through dpbench.release.mechanisms.mechanisms is batched",
            "dpbench/run/multiseed.py",

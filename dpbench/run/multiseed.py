@@ -12,8 +12,8 @@ up to floating-point summation order (tested), without S Lightning loops and per
 
 Per-example transforms that are coordinate-wise affine (:class:`~dpbench.privacy.clipping.CoordinateAffine`, AdaCliP's
 (g − m)/b) are batched too, each run with its own: its examples' transformed norms come from
-:func:`dpbench.privacy.ghost.affine_sq_norm_bound` and its clipped sum (Σ_i c_i G_i − (Σ_i c_i)·M)/S from
-:func:`dpbench.privacy.ghost.affine_clipped_sum`, as on the engine's fast path.
+:func:`dpbench.privacy.affine.affine_sq_norm_bound` and its clipped sum (Σ_i c_i G_i − (Σ_i c_i)·M)/S from
+:func:`dpbench.privacy.affine.affine_clipped_sum`, as on the engine's fast path.
 
 A method that implements :meth:`~dpbench.method.Method.update_together` (one release per step, then an update)
 is updated for all runs at once: every run's parameters and state become rows of stacked tensors
@@ -44,7 +44,7 @@ from dpbench.data import rows
 from dpbench.errors import UsageError
 from dpbench.method import ReleaseMethod, stacked
 from dpbench.privacy.clipping import CoordinateAffine, clip_factors, keep_finite
-from dpbench.privacy.ghost import affine_clipped_sum, affine_sq_norm_bound
+from dpbench.privacy.affine import affine_clipped_sum, affine_sq_norm_bound
 from dpbench.privacy.sampling import IndexedTensors
 from dpbench.results import tracking
 from dpbench.run import engine
