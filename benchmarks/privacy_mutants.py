@@ -418,7 +418,7 @@ MUTANTS = [
            '**({"noise_coins": "secret", "sampler_coins": "secret"} if spec.isolate and method.private else {}),',
            '**({"sampler_coins": "secret"} if spec.isolate and method.private else {}),', first="tests/test_isolation.py::test_isolated_noise_has_a_secret_key_written_nowhere"),
     Mutant("isolation-keeps-checkpoints", "isolation", "--isolate with checkpoints is not refused (a checkpoint "
-           "would hold the noise's key)", "dpbench/run/engine.py",
+           "would hold the noise's key)", "dpbench/run/refusals.py",
            '    if spec.checkpoint_dir or spec.resume:\n        raise UsageError("--isolate keeps no checkpoints',
            '    if False:\n        raise UsageError("--isolate keeps no checkpoints',
            first="tests/test_isolation.py::test_isolate_refuses_what_would_need_the_noise_key"),

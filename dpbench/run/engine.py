@@ -21,20 +21,19 @@ from lightning_fabric.utilities.exceptions import MisconfigurationException
 from torch.utils.data import DataLoader
 
 from dpbench import registry, threads
-from dpbench.checks import check_budget, check_seed
-from dpbench.choices import CLIPPING, GAUSSIAN_SAMPLERS as NOISE, STRATEGIES
+from dpbench.choices import CLIPPING, GAUSSIAN_SAMPLERS as NOISE
 from dpbench.data import rows, stages
 from dpbench.errors import RegistryError, UsageError
 from dpbench.method import Method, ReleaseMethod
 from dpbench.privacy import guards, streams
-from dpbench.privacy.accounting import (ACCOUNTANTS, SAMPLERS, GaussianReleases, calibrate_noise_multiplier, check_relation,
+from dpbench.privacy.accounting import (SAMPLERS, GaussianReleases, calibrate_noise_multiplier, check_relation,
                                         default_relation, epsilon_log, event_fields)
 from dpbench.privacy.clipping import VmapClipper
 from dpbench.privacy.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
 from dpbench.release import runner
 from dpbench.results import records, store, tracking
 from dpbench.results.identity import identity
-from dpbench.run import distributed, isolation
+from dpbench.run import distributed, isolation, refusals
 from dpbench.run.training import PrivateTraining, ProgressLines
 from dpbench.spec import BUDGET_KEYS, RunSpec, profile_settings, resolve_hyperparameters
 from dpbench.task import Task, TaskData
@@ -42,67 +41,6 @@ from dpbench.task import Task, TaskData
 # Lightning's informational lines ("GPU available: False, used: False", "TPU available", "💡 Tip: ... litlogger")
 # are for its own users, not dpbench's; its warnings stay. Set here, after Lightning's import has set INFO.
 logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
-
-
-def _check_devices(spec: RunSpec, method: type[Method], sampler_name: str) -> None:
-    """Several processes (dpbench.run.distributed) train a private method on Poisson batches, without checkpoints."""
-    if not isinstance(spec.devices, int) or isinstance(spec.devices, bool) or not 1 <= spec.devices <= 1024:
-        raise UsageError(f"devices must be a whole number from 1 to 1024, got {spec.devices}")
-    if spec.strategy not in (None, *STRATEGIES):
-        raise UsageError(f"unknown strategy {spec.strategy!r}; choose {', '.join(STRATEGIES)}")
-    if spec.devices == 1:
-        return
-    reasons = {"a non-private method (dpbench shards private releases only)": not method.private,
-               "shuffled batches (Poisson sampling shards; the shuffle accounting does not)": sampler_name != "poisson",
-               "checkpoints (a resume restores one process)": bool(spec.checkpoint_dir)}
-    for reason, applies in reasons.items():
-        if applies:
-            raise UsageError(f"--devices {spec.devices} trains with several processes, which does not support {reason}")
-
-
-def _check_sparse(task: Task, method: type[Method], spec: RunSpec) -> None:
-    """Sparse inputs (dpbench.data.rows) stay sparse only on the fast path, in the closed form of linear layers with
-    one input per example: no per-example transform, no reference (vmap) clipping, no batched seeds."""
-    reasons = {"the reference clipping path (--clipping reference)": spec.clipping == "reference",
-               f"{method.name}'s per-example transform": method.per_example_transform
-               is not Method.per_example_transform,
-               "a model that is not a stack of linear layers": any(
-                   any(p.requires_grad for p in module.parameters(recurse=False))
-                   and not isinstance(module, torch.nn.Linear) for module in task.model.modules())}
-    for reason, applies in reasons.items():
-        if applies:
-            raise UsageError(f"task {task.name} has sparse inputs, which {reason} would densify")
-
-
-def _check_secret_seed(spec: RunSpec) -> None:
-    """A ``--secret-seed`` run keeps its seed nowhere: nothing can resume it or start its other processes."""
-    if spec.checkpoint_dir or spec.resume:
-        raise UsageError("--secret-seed keeps no checkpoints: resuming needs the seed, which is never written")
-    if spec.devices > 1:
-        raise UsageError("--secret-seed trains in one process: each of --devices N would draw its own seed")
-
-
-def _check_isolation(spec: RunSpec) -> None:
-    """An isolated run's noise has a secret key that is never written (:mod:`dpbench.run.isolation`): nothing can resume
-    it; and its method runs beside one training process. Checked before a plugin's describing process starts."""
-    if not spec.isolate:
-        return
-    if spec.checkpoint_dir or spec.resume:
-        raise UsageError("--isolate keeps no checkpoints: its noise has a secret key, never written, which resuming "
-                         "would need")
-    if spec.devices != 1:
-        raise UsageError("--isolate runs the method beside one training process: it takes no --devices")
-
-
-def _check_budget(spec: RunSpec, method: type[Method]) -> None:
-    check_seed(spec.seed)
-    if not method.private:
-        if spec.epsilon is not None or spec.noise_multiplier is not None:
-            raise UsageError(f"{method.name} is not private: it takes neither --epsilon nor --noise-multiplier")
-        return
-    check_budget(spec.epsilon, spec.noise_multiplier, spec.delta)
-    if spec.accountant not in ACCOUNTANTS:
-        raise UsageError(f"unknown accountant {spec.accountant!r}; choose one of {', '.join(ACCOUNTANTS)}")
 
 
 @dataclass
@@ -179,7 +117,7 @@ def plan(spec: RunSpec, calibrate: bool = True,
     ``calibrate=False``: then the record's noise multiplier is None). ``replace_rows``: called with the prepared
     task before anything reads its data, returns the data to train on instead (``dpbench.trust.audit``: as many rows,
     some of them its canaries)."""
-    _check_isolation(spec)
+    refusals.check_isolation(spec)
     method, task_class = registered(spec.method, spec.task, spec.plugins, spec.isolate)
     if issubclass(method, ReleaseMethod):
         raise UsageError(f"{method.name} releases through dpbench.release, not by gradient steps")
@@ -191,16 +129,16 @@ def plan(spec: RunSpec, calibrate: bool = True,
         spec = replace(spec, delta=budget["delta"])
     if spec.neighbouring is None and "neighbouring" in profiled:
         spec = replace(spec, neighbouring=profiled["neighbouring"])
-    _check_budget(spec, method)
+    refusals.check_run_budget(spec, method)
     if spec.secret_seed:
-        _check_secret_seed(spec)
+        refusals.check_secret_seed(spec)
         spec = replace(spec, seed=streams.secret_seed())
     if spec.clipping not in CLIPPING:
         raise UsageError(f"unknown clipping {spec.clipping!r}; choose one of {', '.join(CLIPPING)}")
     if spec.noise not in NOISE:
         raise UsageError(f"unknown noise sampler {spec.noise!r}; choose one of {', '.join(NOISE)}")
     sampler_name = spec.sampler or method.default_sampler
-    _check_devices(spec, method, sampler_name)
+    refusals.check_devices(spec, method, sampler_name)
     if sampler_name not in SAMPLERS:
         raise UsageError(f"unknown sampler {sampler_name!r}; choose one of {', '.join(SAMPLERS)}")
     if method.full_batch and "batch_size" in spec.overrides:
@@ -238,7 +176,7 @@ def plan(spec: RunSpec, calibrate: bool = True,
         raise RegistryError(f"task {task_class.name} states min_train_examples = {stated}, but its data has "
                             f"{data.n_train} training examples: the refusal of delta >= 1/n read a wrong bound")
     if data.x_train.is_sparse:
-        _check_sparse(task, method, spec)
+        refusals.check_sparse(task, method, spec)
     if method.private:
         guards.refuse_example_mixing(task, rows.first(data.x_test, 3))
     held_out = None
@@ -369,7 +307,7 @@ def run(spec: RunSpec, replace_rows: Callable[[Task], TaskData] | None = None,
     """Train one model as ``spec`` says, append its record to the results store and return it (None in the ranks
     other than 0 of a multi-process run). ``replace_rows`` (see :func:`plan`) and ``callbacks`` (Lightning
     callbacks that watch the training) are for ``dpbench.trust.audit``."""
-    _check_isolation(spec)
+    refusals.check_isolation(spec)
     method, registered_task = registered(spec.method, spec.task, spec.plugins, spec.isolate)
     if issubclass(method, ReleaseMethod):  # output/objective perturbation: noise and accounting in dpbench.release.mechanisms
         if spec.secret_seed:

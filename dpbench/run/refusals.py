@@ -1,0 +1,74 @@
+"""What a run's request must satisfy before anything is planned: devices, sparse inputs, a secret seed, isolation,
+the budget. Each refusal is one :class:`~dpbench.errors.UsageError` line (the engine calls these from ``plan``)."""
+from __future__ import annotations
+
+import torch
+
+from dpbench.checks import check_budget, check_seed
+from dpbench.choices import STRATEGIES
+from dpbench.errors import UsageError
+from dpbench.method import Method
+from dpbench.privacy.accounting import ACCOUNTANTS
+from dpbench.spec import RunSpec
+from dpbench.task import Task
+
+
+def check_devices(spec: RunSpec, method: type[Method], sampler_name: str) -> None:
+    """Several processes (dpbench.run.distributed) train a private method on Poisson batches, without checkpoints."""
+    if not isinstance(spec.devices, int) or isinstance(spec.devices, bool) or not 1 <= spec.devices <= 1024:
+        raise UsageError(f"devices must be a whole number from 1 to 1024, got {spec.devices}")
+    if spec.strategy not in (None, *STRATEGIES):
+        raise UsageError(f"unknown strategy {spec.strategy!r}; choose {', '.join(STRATEGIES)}")
+    if spec.devices == 1:
+        return
+    reasons = {"a non-private method (dpbench shards private releases only)": not method.private,
+               "shuffled batches (Poisson sampling shards; the shuffle accounting does not)": sampler_name != "poisson",
+               "checkpoints (a resume restores one process)": bool(spec.checkpoint_dir)}
+    for reason, applies in reasons.items():
+        if applies:
+            raise UsageError(f"--devices {spec.devices} trains with several processes, which does not support {reason}")
+
+
+def check_sparse(task: Task, method: type[Method], spec: RunSpec) -> None:
+    """Sparse inputs (dpbench.data.rows) stay sparse only on the fast path, in the closed form of linear layers with
+    one input per example: no per-example transform, no reference (vmap) clipping, no batched seeds."""
+    reasons = {"the reference clipping path (--clipping reference)": spec.clipping == "reference",
+               f"{method.name}'s per-example transform": method.per_example_transform
+               is not Method.per_example_transform,
+               "a model that is not a stack of linear layers": any(
+                   any(p.requires_grad for p in module.parameters(recurse=False))
+                   and not isinstance(module, torch.nn.Linear) for module in task.model.modules())}
+    for reason, applies in reasons.items():
+        if applies:
+            raise UsageError(f"task {task.name} has sparse inputs, which {reason} would densify")
+
+
+def check_secret_seed(spec: RunSpec) -> None:
+    """A ``--secret-seed`` run keeps its seed nowhere: nothing can resume it or start its other processes."""
+    if spec.checkpoint_dir or spec.resume:
+        raise UsageError("--secret-seed keeps no checkpoints: resuming needs the seed, which is never written")
+    if spec.devices > 1:
+        raise UsageError("--secret-seed trains in one process: each of --devices N would draw its own seed")
+
+
+def check_isolation(spec: RunSpec) -> None:
+    """An isolated run's noise has a secret key that is never written (:mod:`dpbench.run.isolation`): nothing can resume
+    it; and its method runs beside one training process. Checked before a plugin's describing process starts."""
+    if not spec.isolate:
+        return
+    if spec.checkpoint_dir or spec.resume:
+        raise UsageError("--isolate keeps no checkpoints: its noise has a secret key, never written, which resuming "
+                         "would need")
+    if spec.devices != 1:
+        raise UsageError("--isolate runs the method beside one training process: it takes no --devices")
+
+
+def check_run_budget(spec: RunSpec, method: type[Method]) -> None:
+    check_seed(spec.seed)
+    if not method.private:
+        if spec.epsilon is not None or spec.noise_multiplier is not None:
+            raise UsageError(f"{method.name} is not private: it takes neither --epsilon nor --noise-multiplier")
+        return
+    check_budget(spec.epsilon, spec.noise_multiplier, spec.delta)
+    if spec.accountant not in ACCOUNTANTS:
+        raise UsageError(f"unknown accountant {spec.accountant!r}; choose one of {', '.join(ACCOUNTANTS)}")
