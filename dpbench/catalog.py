@@ -199,11 +199,16 @@ def _description(qualified: str, classes: dict[str, _Class]) -> str:
 
 
 def _facts(qualified: str, classes: dict[str, _Class]) -> dict[str, Any]:
-    """The nearest assignment of each of :data:`FACTS`, UNKNOWN where a base is not read or none assigns it."""
+    """The nearest assignment of ``min_train_examples`` and the union of the ``options`` the lineage assigns (they
+    merge along the class hierarchy: ``Task.__init_subclass__``); UNKNOWN where a base is not read or none
+    assigns it."""
     lineage = _lineage(qualified, classes)
     if any(base == "?" for c in lineage for base in classes[c].bases):
         return {key: UNKNOWN for key in FACTS}
-    return {key: next((classes[c].facts[key] for c in lineage if key in classes[c].facts), UNKNOWN) for key in FACTS}
+    facts = {key: next((classes[c].facts[key] for c in lineage if key in classes[c].facts), UNKNOWN) for key in FACTS}
+    assigned = [classes[c].facts["options"] for c in lineage if "options" in classes[c].facts]
+    facts["options"] = UNKNOWN if not assigned or UNKNOWN in assigned else frozenset().union(*assigned)
+    return facts
 
 
 def _scan(plugin_folders: tuple[Path, ...]) -> tuple[dict[str, dict[str, str]], dict[str, _Class]]:

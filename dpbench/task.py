@@ -44,6 +44,20 @@ class Task(pl.LightningModule):
     #: checks it against the data of every run with the default options.
     min_train_examples: ClassVar[int | None] = None
 
+    def __init_subclass__(cls, **kwargs: Any):
+        """``options``, ``defaults`` and ``method_defaults`` (method by method) merge along the class hierarchy: a
+        subclass states what it adds or changes. (A plugin's subclass of Adult that set ``options`` dropped Adult's
+        ``bias`` and failed with ``KeyError: 'bias'`` at model build; issue 34.)"""
+        super().__init_subclass__(**kwargs)
+        for attribute in ("options", "defaults", "method_defaults"):
+            merged: dict[str, Any] = {}
+            for values in [getattr(base, attribute, {}) for base in reversed(cls.__bases__)] + \
+                    [cls.__dict__.get(attribute, {})]:
+                for key, value in values.items():
+                    nested = attribute == "method_defaults" and isinstance(merged.get(key), dict)
+                    merged[key] = {**merged[key], **value} if nested else value
+            setattr(cls, attribute, merged)
+
     def __init__(self, **options: Any):
         super().__init__()
         unknown = set(options) - set(self.options)

@@ -448,3 +448,31 @@ def test_secret_seed_refusals(refused, tmp_path, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
     method = [] if "--method" in args else ["--method", "dpsgd"]
     assert message in refused("run", *method, "--task", "digits", "--epochs", "1", *args)
+
+
+def test_a_task_subclass_adds_to_its_parents_options_and_defaults(tmp_path):
+    """A plugin's subclass of Adult that set ``options`` dropped Adult's ``bias`` and failed with ``KeyError: 'bias'``
+    at model build (issue 34): ``options``, ``defaults`` and ``method_defaults`` merge along the class hierarchy, in
+    the registry and in what the command line reads before importing (``dpbench.catalog``)."""
+    from dpbench import catalog, registry
+    from dpbench.tasks.linear import Adult
+
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "wider.py").write_text(
+        "from dpbench.tasks.linear import Adult\n\n\n"
+        "class WiderAdult(Adult):\n"
+        "    name = 'wider_adult'\n"
+        "    description = 'Adult with one more option (test plugin)'\n"
+        "    options = {'extra': 1}\n"
+        "    defaults = {'epochs': 7}\n"
+        "    method_defaults = {'dpsgd': {'momentum': 0.5}}\n")
+    wider = registry.tasks([folder])["wider_adult"]
+    assert wider.options == {**Adult.options, "extra": 1} and "bias" in wider.options
+    assert wider.defaults == {**Adult.defaults, "epochs": 7}
+    assert wider.method_defaults["dpsgd"] == {**Adult.method_defaults.get("dpsgd", {}), "momentum": 0.5}
+    assert {key: value for key, value in wider.method_defaults.items() if key != "dpsgd"} == \
+        {key: value for key, value in Adult.method_defaults.items() if key != "dpsgd"}
+    assert wider(extra=2).settings == {**Adult.options, "extra": 2}
+    if Adult.min_train_examples is not None:
+        assert catalog.task_size("wider_adult", [folder]) == (Adult.min_train_examples, frozenset(wider.options))
