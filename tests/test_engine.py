@@ -156,10 +156,10 @@ def test_profile_sits_between_the_task_defaults_and_the_command_line():
     cli_hp, _ = resolve_hyperparameters(METHODS["dpsgd"], ProfiledDigits, {"lr": "0.1"}, "quick")
     assert cli_hp["lr"] == 0.1
     assert "epsilon" not in dpsgd_hp  # budget keys are the run's, not hyperparameters
-    assert dpsgd_options == {"tag": "quick"}
+    assert dpsgd_options == {**TASKS["digits"].options, "tag": "quick"}  # options merge with the parent's
     plain_hp, plain_options = resolve_hyperparameters(METHODS["dpsgd"], ProfiledDigits, {})
     assert plain_hp["lr"] == resolve_hyperparameters(METHODS["dpsgd"], TASKS["digits"], {})[0]["lr"]
-    assert plain_options == {"tag": "plain"}
+    assert plain_options == {**TASKS["digits"].options, "tag": "plain"}
     with pytest.raises(UsageError, match="has no profile 'paper'; profiles: quick"):
         resolve_hyperparameters(METHODS["dpsgd"], ProfiledDigits, {}, "paper")
 
