@@ -375,19 +375,19 @@ def test_too_few_canaries_for_the_smallest_guess():
 
 def test_a_failed_audit_wins_over_a_later_pass():
     status = audit.audit_status([fake_audit("a", "digits", False), fake_audit("a", "digits", True)])
-    assert status == {("a", "digits"): "failed"}
+    assert status == {("a", "digits", "in-process"): "failed"}
 
 
 def test_a_pass_with_canaries_a_plugin_could_see_does_not_count():
     """Issue 31: an audit of the design before (no ``canary_design``: canaries on input columns of their own, which
     the evader saw) passed plugins that cheat otherwise; its failures still count."""
     assert audit.audit_status([fake_audit("a", "digits", True, design=None)]) == {}
-    assert audit.audit_status([fake_audit("a", "digits", False, design=None)]) == {("a", "digits"): "failed"}
+    assert audit.audit_status([fake_audit("a", "digits", False, design=None)]) == {("a", "digits", "in-process"): "failed"}
 
 
 def test_a_black_box_pass_alone_does_not_count():
     assert audit.audit_status([fake_audit("a", "digits", True, "black-box")]) == {}
-    assert audit.audit_status([fake_audit("a", "digits", True)]) == {("a", "digits"): "passed"}
+    assert audit.audit_status([fake_audit("a", "digits", True)]) == {("a", "digits", "in-process"): "passed"}
 
 
 def _task_and_data(**changes):
