@@ -1,10 +1,12 @@
 """Per-example gradient clipping behind one small interface.
 
-``clipped_sum(task, x, y, max_norm, transform, scale, into)`` returns scale · Σ_i t(g_i) · min(1, C/‖t(g_i)‖) over
-the batch (one tensor per trainable parameter; the engine passes scale = 1/B), added in place into ``into`` when
-given (the engine passes the release's noise), and the per-example norms ‖t(g_i)‖, where t is the method's
-per-example transform (identity for most methods). Methods never call this. A faster implementation (ghost
-norms, book-keeping) replaces :class:`VmapClipper` without touching any method.
+``clipped_sum(task, x, y, max_norm, transform, scale, into, gamma)`` returns scale · Σ_i t(g_i) · c_i over the
+batch (one tensor per trainable parameter; the engine passes scale = 1/B), added in place into ``into`` when given
+(the engine passes the release's noise), and the per-example norms ‖t(g_i)‖, where t is the method's per-example
+transform (identity for most methods) and c_i the engine's per-example scaling (:func:`clip_factors`): min(1,
+C/‖t(g_i)‖) (Abadi et al.'s clipping), or with ``gamma`` = γ > 0 C/(‖t(g_i)‖ + γ) (Bu et al.'s automatic clipping).
+Either way every example contributes a vector of norm ≤ C. Methods never call this, and never see the norms. A
+faster implementation (ghost norms, book-keeping) replaces :class:`VmapClipper` without touching any method.
 """
 from __future__ import annotations
 
@@ -50,14 +52,33 @@ class PerExampleClipper(Protocol):
 
     def clipped_sum(
         self, task: Task, x: torch.Tensor, y: torch.Tensor, max_norm: float, transform: Transform | None = None,
-        scale: float = 1.0, into: list[torch.Tensor] | None = None,
+        scale: float = 1.0, into: list[torch.Tensor] | None = None, gamma: float | None = None,
     ) -> tuple[list[torch.Tensor], torch.Tensor]: ...
 
 
-def clip_factors(norms: torch.Tensor, max_norm: float | torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+def check_gamma(gamma: float) -> float:
+    """γ of automatic clipping as a float, ValueError unless finite and positive (γ = 0 divides 0 by 0 for a zero
+    gradient; an infinite or NaN γ makes every factor 0 or NaN)."""
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not math.isfinite(gamma) or gamma <= 0:
+        raise ValueError(f"the automatic clipping's gamma must be a finite positive number, got {gamma!r}")
+    return float(gamma)
+
+
+def clip_factors(norms: torch.Tensor, max_norm: float | torch.Tensor, scale: float = 1.0,
+                 gamma: float | None = None) -> torch.Tensor:
     """scale · min(1, C/‖g‖) per example (Abadi et al. 2016, Algorithm 1), as scale · C / max(‖g‖, C); scale for
     C = inf. ``max_norm`` may be one C per example. An example whose norm is not finite gets 0: see
-    :func:`keep_finite`."""
+    :func:`keep_finite`.
+
+    With ``gamma`` = γ > 0 (a float C only): scale · C/(‖g‖ + γ), Bu et al.'s automatic clipping (AUTO-S, "Automatic
+    Clipping: Differentially Private Deep Learning Made Easier and Stronger", 2022, with their R as C): the
+    example's contribution C·g/(‖g‖ + γ) has norm C·‖g‖/(‖g‖ + γ) < C, so the release's sensitivity is still C.
+    In floating point C/(‖g‖ + γ) is at most C/‖g‖ rounded, as Abadi's C/max(‖g‖, C) is: the same rounding."""
+    if gamma is not None:
+        if torch.is_tensor(max_norm) or not math.isfinite(max_norm):
+            raise ValueError("automatic clipping needs one finite clip norm C")
+        factors = (max_norm * scale) / (norms + check_gamma(gamma))
+        return torch.where(norms.isfinite(), factors, 0.0)
     if not torch.is_tensor(max_norm):
         if math.isinf(max_norm):
             factors = torch.full_like(norms, scale)
@@ -109,7 +130,7 @@ class VmapClipper:
         # randomness="different": each example its own dropout mask, as in a batched forward pass
         return vmap(grad(loss_of_one), in_dims=(None, 0, 0), randomness="different")(params, x, y)
 
-    def clipped_sum(self, task, x, y, max_norm, transform=None, scale=1.0, into=None):
+    def clipped_sum(self, task, x, y, max_norm, transform=None, scale=1.0, into=None, gamma=None):
         sums = into if into is not None else [torch.zeros_like(p) for p in task.model.parameters() if p.requires_grad]
         if len(x) == 0:
             return sums, torch.zeros(0, device=x.device)
@@ -117,7 +138,7 @@ class VmapClipper:
         if transform is not None:
             grads = transform(grads)
         norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads))
-        factors = clip_factors(norms, max_norm, scale)  # 0 where a norm is not finite; then its rows are zeroed
+        factors = clip_factors(norms, max_norm, scale, gamma)  # 0 where a norm is not finite; then its rows are zeroed
         kept = norms.isfinite()
         grads = [torch.where(kept.view(-1, *[1] * (g.dim() - 1)), g, 0.0) for g in grads]
         for total, g in zip(sums, grads):

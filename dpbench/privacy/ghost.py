@@ -330,7 +330,7 @@ class GhostClipper:
         self.exact, self.name = exact, "ghost-exact" if exact else "ghost"  # the record's ``clipping``
 
     def clipped_sum(self, task: Task, x, y, max_norm, transform: Transform | None = None, scale: float = 1.0,
-                    into: list[torch.Tensor] | None = None):
+                    into: list[torch.Tensor] | None = None, gamma: float | None = None):
         if transform is not None and not isinstance(transform, CoordinateAffine):
             raise ValueError("GhostClipper applies only CoordinateAffine transforms; others need VmapClipper")
         model = task.model
@@ -357,11 +357,11 @@ class GhostClipper:
         if len(recorded) != len(rules) or len(owned) != len(set(owned)):  # per-example norms with cross terms
             warnings.warn("a layer is called more than once per forward pass, or layers share a parameter; "
                           "using the vmap reference path")
-            return VmapClipper().clipped_sum(task, x, y, max_norm, transform, scale, into)
+            return VmapClipper().clipped_sum(task, x, y, max_norm, transform, scale, into, gamma)
         if affine is not None and not all(rule.supports_affine(saved) for rule, saved, _ in recorded):
             warnings.warn("the per-example transform has no closed form for a layer with several inputs per "
                           "example; using the vmap reference path")
-            return VmapClipper().clipped_sum(task, x, y, max_norm, transform, scale, into)
+            return VmapClipper().clipped_sum(task, x, y, max_norm, transform, scale, into, gamma)
         output_grads = torch.autograd.grad(losses.sum(), [output for _, _, output in recorded])
         saved, rules = [saved for _, saved, _ in recorded], [rule for rule, _, _ in recorded]
         with torch.no_grad():
@@ -376,7 +376,9 @@ class GhostClipper:
             if not bool(kept.all()):
                 saved, output_grads = _zero_rows(saved, list(output_grads), kept)
                 per_layer = [rule.backward(one, g, affine) for rule, one, g in zip(rules, saved, output_grads)]
-            factors = clip_factors(norms, max_norm, scale)
+            # Abadi's min(1, C/‖g‖), or automatic clipping's C/(‖g‖ + γ): the scaling is a function of the norms
+            # computed above, so neither needs per-example gradients
+            factors = clip_factors(norms, max_norm, scale, gamma)
             own = sums if into is None or affine is not None else [torch.zeros_like(t) for t in sums]
             by_parameter = dict(zip(trainable, own))
             for _, clipped in per_layer:
