@@ -32,7 +32,7 @@ from typing import Any, Callable, ClassVar
 
 import torch
 
-Release = Callable[[], list[torch.Tensor]]
+Release = Callable[[], Any]  # list[torch.Tensor]; (list[torch.Tensor], CountRelease) for a count_release method
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,8 @@ class GradientMechanism:
     clip: float
     expected_batch_size: float
     steps_per_epoch: int | None = None  # for epoch-based schedules
+    #: σ_b of a method's count release (:attr:`Method.count_release`), else None
+    count_noise_std: float | None = None
 
     @property
     def mean_noise_std(self) -> float:
@@ -53,6 +55,28 @@ class GradientMechanism:
         if self.noise_multiplier == 0:  # no noise, whatever the clip (C may be inf)
             return 0.0
         return self.noise_multiplier * self.clip / self.expected_batch_size
+
+
+@dataclass(frozen=True)
+class CountRelease:
+    """The count release of one batch (:attr:`Method.count_release`): ``noisy_sum`` = Σ_i (1[‖g_i‖ ≤ C_t] − ½) +
+    N(0, σ_b²) over the same batch as the gradient released with it, C_t that release's clip norm (Andrew et al.
+    2021, Algorithm 1, with the count centred at ½ as in their Theorem 1's analysis and TF Privacy's implementation:
+    each example then moves the sum by at most ½). A number, never a per-example quantity."""
+
+    noisy_sum: float
+    expected_batch_size: float
+
+    @property
+    def fraction(self) -> float:
+        """b̃ = noisy_sum / B + ½, the noisy estimate of the fraction of the batch's examples whose norm was at most
+        C_t (unbiased over the Poisson batch, whose expected size is B)."""
+        return self.noisy_sum / self.expected_batch_size + 0.5
+
+
+#: The per-example scalings the engine offers (``Method.clipping``): "clip", min(1, C/‖g_i‖) (Abadi et al. 2016);
+#: "automatic", C/(‖g_i‖ + γ) with γ = hp["gamma"] (Bu et al. 2022, AUTO-S). Both bound every contribution by C.
+CLIPPING_RULES = ("clip", "automatic")
 
 
 class Method:
@@ -82,6 +106,21 @@ class Method:
     Transforms: a ``per_example_transform`` that is a ``dpbench.privacy.clipping.CoordinateAffine`` keeps the fast
     clipping path on linear and normalization layers; any other transform materializes every per-example gradient
     (the run warns once, naming it).
+
+    Scaling, clip norm and count release, declared as data (the engine computes each from the per-example norms its
+    clippers already have, on the fast path too; a method never sees a norm):
+
+    ``clipping``: the per-example scaling, one of :data:`CLIPPING_RULES`; "automatic" scales g_i by C/(‖g_i‖ + γ)
+    with γ = ``hp["gamma"]`` (finite, positive).
+    ``fixed_clip``: a C the method fixes (``--set clip`` is then refused), e.g. 1 for automatic clipping, where only
+    the product of C and the learning rate matters.
+    ``moves_clip``: the engine reads :meth:`next_clip` before every release: the method may move C between
+    releases, as a function of earlier releases only (public information). The noise follows it: σC_t/B.
+    ``count_release``: each ``release()`` returns ``(gradient, CountRelease)``: with the gradient, the engine
+    releases Σ_i (1[‖g_i‖ ≤ C_t] − ½) + N(0, σ_b²) on the same batch, σ_b = :meth:`count_noise_std`, and charges
+    the pair as one Gaussian mechanism of noise multiplier (σ⁻² + (2σ_b)⁻²)^(−1/2) (Andrew et al. 2021, Theorem 1;
+    ``dpbench.privacy.accounting.combined_noise_multiplier``), σ then being calibrated so that the pair meets the
+    target ε; the record lists the count under ``extra_releases``.
     """
 
     name: ClassVar[str]
@@ -94,6 +133,10 @@ class Method:
     default_sampler: ClassVar[str] = "poisson"
     clip_to_task_bound: ClassVar[bool] = False
     search_space: ClassVar[dict[str, dict[str, Any]]] = {}
+    clipping: ClassVar[str] = "clip"
+    fixed_clip: ClassVar[float | None] = None
+    moves_clip: ClassVar[bool] = False
+    count_release: ClassVar[bool] = False
 
     def __init__(self, params: list[torch.nn.Parameter], hyperparameters: dict[str, Any],
                  mechanism: GradientMechanism):
@@ -112,6 +155,18 @@ class Method:
         clips its output to norm C and adds the noise, so the privacy guarantee does not depend on it.
         """
         return gradients
+
+    @classmethod
+    def count_noise_std(cls, hp: dict[str, Any], expected_batch_size: float) -> float:
+        """σ_b of the count release (:attr:`count_release`), from the hyperparameters and the expected batch size B
+        only: the engine calibrates the gradient's σ with it before the method exists."""
+        raise NotImplementedError(f"{cls.name} declares a count release but no count_noise_std")
+
+    def next_clip(self) -> float:
+        """The clip norm C of the next release (read by the engine before each release when :attr:`moves_clip`): a
+        function of the method's hyperparameters and of earlier releases only. The engine refuses a C that is not
+        finite and positive."""
+        return self.mechanism.clip
 
     def step(self, release: Release) -> None:
         """One step: by default one release, then :meth:`update_together` for this run alone."""

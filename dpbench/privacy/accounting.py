@@ -168,6 +168,46 @@ class GaussianReleases:
         return _epsilon(self, delta, accountant)
 
 
+#: A count release (``Method.count_release``): Σ_i (1[‖g_i‖ ≤ C_t] − ½) + N(0, σ_b²); each example moves it by at most
+#: ½ under add/remove (by 1 under replace-one, as the gradient sum moves by 2C instead of C).
+COUNT_SENSITIVITY = 0.5
+
+
+def combined_noise_multiplier(noise_multiplier: float, extra: tuple[tuple[float, float], ...]) -> float:
+    """The noise multiplier of one Gaussian mechanism equivalent to a gradient release of noise σC together with
+    extra Gaussian releases on the same batch, each (sensitivity s_k, noise std σ_k) (per example, add/remove):
+    (σ⁻² + Σ_k (s_k/σ_k)²)^(−1/2).
+
+    Andrew et al. 2021 ("Differentially Private Learning with Adaptive Clipping"), Theorem 1, for the count of
+    quantile clipping (s = ½, centred as :data:`COUNT_SENSITIVITY` says): z = (z_Δ⁻² + (2σ_b)⁻²)^(−1/2). The reading
+    taken: divide each part of the joint release by its noise std; the result is Σ_i v_i + N(0, I) with v_i =
+    (clip(g_i)/(σC), (b_i − ½)/σ_b), ‖v_i‖ ≤ (σ⁻² + (2σ_b)⁻²)^(1/2) = 1/z. That is the Gaussian sum mechanism of
+    per-example contributions of norm ≤ 1 with noise z (the same class as a gradient release alone), so every
+    analysis of the gradient release at noise multiplier z (Poisson subsampling, composition, PLD or RDP) holds
+    for the pair, exactly: no composition of two mechanisms is charged. Under replace-one, ‖v_i − v_j‖ ≤ 2/z (the
+    triangle inequality; attained with opposite clipped gradients and counts 1 and 0), what the accountant's
+    replace-one Gaussian of noise z assumes. ValueError unless every number is finite and positive."""
+    values = [noise_multiplier, *(value for pair in extra for value in pair)]
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in values):
+        raise ValueError(f"noise multipliers, sensitivities and noise stds must be finite and positive: "
+                         f"{noise_multiplier!r}, {extra!r}")
+    return (noise_multiplier**-2 + math.fsum((s / std) ** 2 for s, std in extra)) ** -0.5
+
+
+def gradient_noise_multiplier(combined: float, extra: tuple[tuple[float, float], ...]) -> float:
+    """The σ of the gradient release that, with ``extra`` (see :func:`combined_noise_multiplier`), makes a mechanism
+    of noise multiplier ``combined``: (z⁻² − Σ_k (s_k/σ_k)²)^(−1/2), raised by ulps until the combination is not
+    below ``combined``. ValueError where the extra releases alone cost as much (Σ_k (s_k/σ_k)² ≥ z⁻²)."""
+    rest = combined**-2 - math.fsum((s / std) ** 2 for s, std in extra)
+    if not rest > 0:
+        raise ValueError(f"the extra releases alone (sensitivity, noise std: {list(extra)}) spend the whole budget of "
+                         f"noise multiplier {combined:.6g}; give them more noise")
+    sigma = rest**-0.5
+    while combined_noise_multiplier(sigma, extra) < combined:
+        sigma = math.nextafter(sigma, math.inf)
+    return sigma
+
+
 def _check_count(releases: int) -> None:
     if releases > MAX_RELEASES:
         raise ValueError(f"{releases:,} noisy releases: dpbench accounts at most {MAX_RELEASES:,} per run")

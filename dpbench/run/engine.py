@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import sys
 import time
 import warnings
@@ -26,9 +27,10 @@ from dpbench.data import rows, stages
 from dpbench.errors import RegistryError, UsageError
 from dpbench.method import Method, ReleaseMethod
 from dpbench.privacy import guards, streams
-from dpbench.privacy.accounting import (SAMPLERS, GaussianReleases, calibrate_noise_multiplier, check_relation,
-                                        default_relation, epsilon_log, event_fields)
-from dpbench.privacy.clipping import VmapClipper
+from dpbench.privacy.accounting import (COUNT_SENSITIVITY, SAMPLERS, GaussianReleases, calibrate_noise_multiplier,
+                                        check_relation, combined_noise_multiplier, default_relation, epsilon_log,
+                                        event_fields, gradient_noise_multiplier)
+from dpbench.privacy.clipping import VmapClipper, check_gamma
 from dpbench.privacy.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
 from dpbench.release import runner
 from dpbench.results import records, store, tracking
@@ -41,6 +43,13 @@ from dpbench.task import Task, TaskData
 # Lightning's informational lines ("GPU available: False, used: False", "TPU available", "💡 Tip: ... litlogger")
 # are for its own users, not dpbench's; its warnings stay. Set here, after Lightning's import has set INFO.
 logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
+
+
+def charged_noise_multiplier(record: dict[str, Any]) -> float:
+    """The noise multiplier a gradient record's releases are charged at: its gradient's σ, combined with the extra
+    releases each step makes on the same batch (:func:`dpbench.privacy.accounting.combined_noise_multiplier`)."""
+    extra = tuple((part["sensitivity"], part["noise_std"]) for part in record.get("extra_releases") or ())
+    return combined_noise_multiplier(record["noise_multiplier"], extra) if extra else record["noise_multiplier"]
 
 
 @dataclass
@@ -61,16 +70,17 @@ class PlannedRun:
 
     def releases_charged(self, count: int) -> GaussianReleases:
         """The mechanism run after ``count`` noisy gradients (plus the task's data releases)."""
-        return GaussianReleases(self.record["sample_rate"], self.record["noise_multiplier"], count,
+        return GaussianReleases(self.record["sample_rate"], charged_noise_multiplier(self.record), count,
                                 self.record["sampler"], self.steps_per_epoch * self.method.releases_per_step,
                                 self.data_releases, self.record["neighbouring"] or "add-remove")
 
     def module(self, epsilon_so_far: Callable[[int], float] | None = None) -> PrivateTraining:
         clipper = VmapClipper() if self.spec.clipping == "reference" and self.method.private else None
+        count = (self.record.get("extra_releases") or [{}])[0].get("noise_std")
         return PrivateTraining(self.task, self.method, self.hp, self.record["noise_multiplier"],
                                self.record["sample_rate"] * self.data.n_train, self.spec.seed, clipper=clipper,
                                steps_per_epoch=self.steps_per_epoch, epsilon_so_far=epsilon_so_far,
-                               noise=self.spec.noise, isolate=self.spec.isolate)
+                               noise=self.spec.noise, isolate=self.spec.isolate, count_noise_std=count)
 
 
 def registered(method: str, task: str, plugins: list[str], isolate: bool = False) -> tuple[type[Method], type[Task]]:
@@ -139,6 +149,7 @@ def plan(spec: RunSpec, calibrate: bool = True,
         raise UsageError(f"unknown noise sampler {spec.noise!r}; choose one of {', '.join(NOISE)}")
     sampler_name = spec.sampler or method.default_sampler
     refusals.check_devices(spec, method, sampler_name)
+    refusals.check_adaptive(spec, method)
     if sampler_name not in SAMPLERS:
         raise UsageError(f"unknown sampler {sampler_name!r}; choose one of {', '.join(SAMPLERS)}")
     if method.full_batch and "batch_size" in spec.overrides:
@@ -194,6 +205,15 @@ def plan(spec: RunSpec, calibrate: bool = True,
             raise UsageError(f"{method.name} needs a proven bound on per-example gradient norms, "
                              f"which task {task_class.name} does not have")
         hp["clip"] = bound
+    if method.private and method.fixed_clip is not None:
+        if "clip" in spec.overrides:
+            raise UsageError(f"{method.name} fixes its clip norm at C = {method.fixed_clip:g}: it takes no clip")
+        hp["clip"] = float(method.fixed_clip)
+    if method.private and method.clipping == "automatic":
+        try:
+            check_gamma(hp.get("gamma"))
+        except ValueError as error:
+            raise UsageError(f"{method.name}: {error}") from None
     batch_size, per_step = hp["batch_size"], method.releases_per_step
     threads.fit(sum(p.numel() for p in task.model.parameters() if p.requires_grad), batch_size)
     if batch_size * per_step > n:
@@ -217,23 +237,35 @@ def plan(spec: RunSpec, calibrate: bool = True,
     data_releases = tuple(release.event for release in data.private_releases) if method.private else ()
     target_epsilon = spec.epsilon
     sigma = 0.0
+    # A count release on each gradient release's batch (Method.count_release): (sensitivity ½, noise std σ_b),
+    # charged with the gradient as one Gaussian of noise multiplier combined_noise_multiplier(σ, extra).
+    extra: tuple[tuple[float, float], ...] = ()
+    if method.private and method.count_release:
+        count_std = method.count_noise_std(hp, sample_rate * n)
+        if isinstance(count_std, bool) or not isinstance(count_std, (int, float)) or not 0 < count_std < math.inf:
+            raise UsageError(f"{method.name}: the count release's noise std must be finite and positive, got "
+                             f"{count_std!r}")
+        extra = ((COUNT_SENSITIVITY, float(count_std)),)
+    combined = None
     if method.private:
         if spec.noise_multiplier is not None:
             sigma = spec.noise_multiplier
-            if calibrate:  # the ε the run will report, now rather than after training (the same, cached)
-                try:
-                    GaussianReleases(sample_rate, sigma, planned_releases, sampler_name, steps_per_epoch * per_step,
+            try:
+                combined = combined_noise_multiplier(sigma, extra) if extra else sigma
+                if calibrate:  # the ε the run will report, now rather than after training (the same, cached)
+                    GaussianReleases(sample_rate, combined, planned_releases, sampler_name, steps_per_epoch * per_step,
                                      data_releases, neighbouring).epsilon(delta, spec.accountant)
-                except ValueError as error:
-                    raise UsageError(f"task {task_class.name}: {error}") from None
+            except ValueError as error:
+                raise UsageError(f"task {task_class.name}: {error}") from None
         else:
             target_epsilon = target_epsilon if target_epsilon is not None else task_class.defaults.get("epsilon", 1.0)
             sigma = None
         if sigma is None and calibrate:
             try:
-                sigma = calibrate_noise_multiplier(target_epsilon, delta, sample_rate, planned_releases,
-                                                   spec.accountant, sampler_name, steps_per_epoch * per_step,
-                                                   data_releases, neighbouring)
+                combined = calibrate_noise_multiplier(target_epsilon, delta, sample_rate, planned_releases,
+                                                      spec.accountant, sampler_name, steps_per_epoch * per_step,
+                                                      data_releases, neighbouring)
+                sigma = gradient_noise_multiplier(combined, extra) if extra else combined
             except ValueError as error:
                 raise UsageError(f"task {task_class.name}: {error}") from None
 
@@ -251,6 +283,9 @@ def plan(spec: RunSpec, calibrate: bool = True,
         "sampler": sampler_name,
         "data_releases": [release.description for release in data.private_releases],
         "data_release_events": [event_fields(release.event) for release in data.private_releases],
+        **({"extra_releases": [{"what": "count Σ_i (1[‖g_i‖ ≤ C_t] − 1/2) of each gradient release's batch",
+                                "sensitivity": s, "noise_std": std} for s, std in extra],
+            "combined_noise_multiplier": combined} if extra else {}),
         "isolation": "process" if spec.isolate else "in-process",  # dpbench.run.isolation; the board's plugin marks
         **({"noise_coins": "secret", "sampler_coins": "secret"} if spec.isolate and method.private else {}),
     }
@@ -283,6 +318,7 @@ def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, w
         "gradient_evaluations": module.releases,
         "train_seconds": train_seconds,
         "clipping": record.get("clipping") or (module.clipper.name if module.clipper is not None else None),
+        **({"clip_norms": module.clip_norms} if planned.method.private and planned.method.moves_clip else {}),
         "noise": module.noise.name if planned.method.private else None,
         **({"world_size": module.world} if module.world > 1 else {}),
         "metrics": dict(module.test_metrics),

@@ -80,7 +80,8 @@ from dpbench.results import records
 
 #: The class attributes of a method that the engine reads (``dpbench.method.Method``).
 PUBLIC_ATTRIBUTES = ("name", "description", "paper", "defaults", "private", "full_batch", "releases_per_step",
-                     "default_sampler", "clip_to_task_bound", "search_space")
+                     "default_sampler", "clip_to_task_bound", "search_space", "clipping", "fixed_clip", "moves_clip",
+                     "count_release")
 ENGINE_KEYS = ("epochs", "batch_size", "clip")
 BUILT_IN_METHODS = "dpbench.methods."  # the package of the built-in methods' modules
 #: What an isolated process keeps of the parent's environment: these names and those that start with

@@ -25,7 +25,8 @@ methods with several releases per step (ADADP's full and half steps) and methods
 before a release batch too.
 
 Only for what this closed form covers: a task whose model is one ``nn.Linear`` (no augmentation), and no
-per-example transform other than a coordinate-wise affine one.
+per-example transform other than a coordinate-wise affine one. Methods that declare automatic clipping, a moving
+clip norm or a count release (``dpbench.method.Method``) are not batched: they train one by one.
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ from dpbench.privacy.clipping import CoordinateAffine, clip_factors, keep_finite
 from dpbench.privacy.affine import affine_clipped_sum, affine_sq_norm_bound
 from dpbench.privacy.sampling import IndexedTensors
 from dpbench.results import tracking
-from dpbench.run import engine
+from dpbench.run import engine, refusals
 from dpbench.run.training import PrivateTraining
 from dpbench.spec import RunSpec
 from dpbench.task import Task
@@ -69,6 +70,8 @@ def check_batchable(module: PrivateTraining) -> None:
         raise NotBatchable(f"{method.name}: only coordinate-wise affine per-example transforms are batched")
     if module.task.data.x_train.is_sparse:
         raise NotBatchable(f"task {module.task.name}: sparse inputs are not batched")
+    if method.private and refusals.adaptive_features(method):
+        raise NotBatchable(f"{method.name}: {' and '.join(refusals.adaptive_features(method))} are not batched")
 
 
 def distinct_examples(data: IndexedTensors) -> tuple[torch.Tensor, torch.Tensor]:

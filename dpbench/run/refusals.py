@@ -7,7 +7,7 @@ import torch
 from dpbench.checks import check_budget, check_seed
 from dpbench.choices import STRATEGIES
 from dpbench.errors import UsageError
-from dpbench.method import Method
+from dpbench.method import CLIPPING_RULES, Method
 from dpbench.privacy.accounting import ACCOUNTANTS
 from dpbench.spec import RunSpec
 from dpbench.task import Task
@@ -72,3 +72,28 @@ def check_run_budget(spec: RunSpec, method: type[Method]) -> None:
     check_budget(spec.epsilon, spec.noise_multiplier, spec.delta)
     if spec.accountant not in ACCOUNTANTS:
         raise UsageError(f"unknown accountant {spec.accountant!r}; choose one of {', '.join(ACCOUNTANTS)}")
+
+
+def adaptive_features(method: type[Method]) -> list[str]:
+    """What of the engine's scaling, clip norm and count release (``dpbench.method.Method``) ``method`` declares."""
+    return [feature for feature, declared in (
+        (f"{getattr(method, 'clipping', 'clip')} clipping", getattr(method, "clipping", "clip") != "clip"),
+        ("a moving clip norm", getattr(method, "moves_clip", False)),
+        ("a count release", getattr(method, "count_release", False))) if declared]
+
+
+def check_adaptive(spec: RunSpec, method: type[Method]) -> None:
+    """Refuse what the engine does not (yet) combine with a method's scaling, moving clip norm or count release."""
+    features = adaptive_features(method)
+    if getattr(method, "clipping", "clip") not in CLIPPING_RULES:
+        raise UsageError(f"{method.name} asks for clipping {method.clipping!r}; the engine offers "
+                         f"{', '.join(CLIPPING_RULES)}")
+    if not features:
+        return
+    for reason, applies in (("--isolate (the isolated process does not forward them)", spec.isolate),
+                            ("several devices", spec.devices != 1),
+                            ("checkpoints (the clip trajectory is not checkpointed)",
+                             bool(spec.checkpoint_dir or spec.resume))):
+        if applies:
+            raise UsageError(f"{method.name} declares {' and '.join(features)}, which the engine does not support "
+                             f"with {reason}")

@@ -6,17 +6,24 @@ gradient of the next batch, with the noise from the run's stream (:mod:`dpbench.
 the per-example clipper (:mod:`dpbench.privacy.ghost`, :mod:`dpbench.privacy.clipping`). The method turns releases into
 updates. With several processes each rank clips its shard's examples and the releases are summed over the ranks
 (:mod:`dpbench.run.distributed`).
+
+What a method declares as data (``dpbench.method.Method``) the release computes here, from the per-example norms the
+clipper returns, which never leave this module: the scaling (``clipping``: C/(‖g_i‖ + γ) for "automatic"), the clip
+norm C_t of each release (``moves_clip``: the method's :meth:`~dpbench.method.Method.next_clip`, refused unless finite
+and positive; the noise is σC_t/B) and the count release (``count_release``: Σ_i (1[‖g_i‖ ≤ C_t] − ½) + N(0, σ_b²)
+on the same batch, its noise drawn from the run's noise stream after the gradient's).
 """
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, Callable
 
 import pytorch_lightning as pl
 import torch
 
-from dpbench.errors import UsageError
-from dpbench.method import GradientMechanism, Method
+from dpbench.errors import PrivacyCheckFailed, UsageError
+from dpbench.method import CountRelease, GradientMechanism, Method
 from dpbench.privacy import streams
 from dpbench.privacy.clipping import PerExampleClipper, Transform
 from dpbench.privacy.ghost import make_clipper
@@ -59,7 +66,7 @@ class PrivateTraining(pl.LightningModule):
     def __init__(self, task: Task, method: type[Method], hp: dict[str, Any], noise_multiplier: float,
                  expected_batch_size: float, seed: int, clipper: PerExampleClipper | None = None,
                  steps_per_epoch: int | None = None, epsilon_so_far: Callable[[int], float] | None = None,
-                 noise: str = "fast", isolate: bool = False):
+                 noise: str = "fast", isolate: bool = False, count_noise_std: float | None = None):
         super().__init__()
         self.task, self.method_class, self.hp = task, method, hp
         self.noise_multiplier, self.expected_batch_size, self.seed = noise_multiplier, expected_batch_size, seed
@@ -67,8 +74,16 @@ class PrivateTraining(pl.LightningModule):
         # noise is then keyed by a secret of this process's, never written (dpbench.run.isolation).
         self.noise_seed = streams.secret_seed() if isolate and method.private else seed
         self.noise_sampler = noise
+        counts = method.private and method.count_release
+        if counts and not (isinstance(count_noise_std, (int, float)) and 0 < count_noise_std < math.inf):
+            raise UsageError(f"{method.name} declares a count release, whose noise std {count_noise_std!r} is not "
+                             f"finite and positive")
         self.mechanism = GradientMechanism(noise_multiplier, hp.get("clip", math.inf), expected_batch_size,
-                                           steps_per_epoch)
+                                           steps_per_epoch, count_noise_std if counts else None)
+        # the engine's per-example scaling: None (Abadi's min(1, C/‖g‖)) or γ of automatic clipping
+        self.gamma = hp["gamma"] if method.private and method.clipping == "automatic" else None
+        self.last_clip = hp.get("clip")  # the clip norm of the latest release (the audit's observer reads it)
+        self.clip_norms: dict[str, float] | None = None  # first, last, min, max of a moving clip norm
         try:  # isolated: the method runs in a process of its own (dpbench.run.isolation)
             self.method = IsolatedMethod(method, self.params(), hp, self.mechanism) if isolate else \
                 method(self.params(), hp, self.mechanism)
@@ -120,21 +135,53 @@ class PrivateTraining(pl.LightningModule):
         if not self.method_class.private:
             loss = self.task.per_example_loss(self.task(x), y).mean()
             return list(torch.autograd.grad(loss, params))
+        clip = self.release_clip()
         # Several ranks: rank 0 draws the noise, the others add their clipped sums into zeros (dpbench.run.distributed).
-        into = self.draw_noise(params) if self.rank == 0 else [torch.zeros_like(p) for p in params]
-        noisy, _ = self.clipper.clipped_sum(self.task, x, y, self.hp["clip"], self.current_transform(),
-                                            scale=1 / self.expected_batch_size, into=into)
-        return distributed.sum_over_ranks(noisy) if self.world > 1 else noisy
+        into = self.draw_noise(params, clip) if self.rank == 0 else [torch.zeros_like(p) for p in params]
+        noisy, norms = self.clipper.clipped_sum(self.task, x, y, clip, self.current_transform(),
+                                                scale=1 / self.expected_batch_size, into=into, gamma=self.gamma)
+        noisy = distributed.sum_over_ranks(noisy) if self.world > 1 else noisy
+        if not self.method_class.count_release:
+            return noisy
+        return noisy, self.count(norms, clip)
 
-    def draw_noise(self, like: list[torch.Tensor]) -> list[torch.Tensor]:
+    def release_clip(self) -> float:
+        """C of the next release: the run's clip norm, or, for a method that moves it, its :meth:`next_clip`, refused
+        unless a finite positive number (a NaN or infinite C would make the sensitivity unbounded). A moving C's
+        first, last, smallest and largest values are kept for the record (functions of earlier releases only)."""
+        if not self.method_class.moves_clip:
+            return self.hp["clip"]
+        clip = self.method.next_clip()
+        if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not 0 < clip < math.inf:
+            raise PrivacyCheckFailed(f"{self.method_class.name} set the clip norm of a release to {clip!r}: a clip norm "
+                                     f"must be a finite positive number")
+        clip = float(clip)
+        seen = self.clip_norms
+        self.clip_norms = {"first": clip, "last": clip, "min": clip, "max": clip} if seen is None else \
+            {"first": seen["first"], "last": clip, "min": min(seen["min"], clip), "max": max(seen["max"], clip)}
+        self.last_clip = clip
+        return clip
+
+    def count(self, norms: torch.Tensor, clip: float) -> CountRelease:
+        """Σ_i (1[‖g_i‖ ≤ C] − ½) + N(0, σ_b²) over the batch whose per-example norms are ``norms`` (an example dropped
+        for a norm that is not finite counts as above C: −½, within the sensitivity ½), σ_b from the mechanism, the
+        noise from the run's noise stream (σ_b = 0 only in tests)."""
+        below = float((norms <= clip).sum()) - len(norms) / 2
+        std = self.mechanism.count_noise_std
+        noise = float(self.noise.fill_(torch.empty(1), std)[0]) if std else 0.0
+        return CountRelease(below + noise, self.expected_batch_size)
+
+    def draw_noise(self, like: list[torch.Tensor], clip: float | None = None) -> list[torch.Tensor]:
         """:meth:`fill_noise` of new tensors shaped like each of ``like``."""
-        return self.fill_noise([torch.empty_like(t) for t in like])
+        return self.fill_noise([torch.empty_like(t) for t in like], clip)
 
-    def fill_noise(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    def fill_noise(self, tensors: list[torch.Tensor], clip: float | None = None) -> list[torch.Tensor]:
         """Overwrite ``tensors`` with N(0, (σC/B)²I) from the run's noise stream (:mod:`dpbench.privacy.noise`): a
         release's noise, into which the clipped sum divided by B is then added, giving (Σ_i clip_C(t(g_i)) + N(0,
-        σ²C²I)) / B. Zeros for σ = 0 (only in tests: such a run reports ε = inf)."""
-        std = self.mechanism.mean_noise_std
+        σ²C²I)) / B; C is the release's ``clip`` where a method moves it. Zeros for σ = 0 (only in tests: such a run
+        reports ε = inf)."""
+        mechanism = self.mechanism if clip is None else replace(self.mechanism, clip=clip)
+        std = mechanism.mean_noise_std
         if std == 0:
             return [t.zero_() for t in tensors]
         return [self.noise.fill_(t, std) for t in tensors]
