@@ -126,8 +126,10 @@ class Canaries:
         with _evaluating(task.model), torch.no_grad():
             return task.per_example_loss(task.model(self.inputs), labels).double()
 
-    def directions(self, task: Task, params: dict[str, torch.Tensor], clip: float, rows: slice) -> torch.Tensor:
-        """d_i(θ) (module docstring) of the canaries ``rows`` at the trainable parameters ``params``: (rows, P)."""
+    def directions(self, task: Task, params: dict[str, torch.Tensor], clip: float, rows: slice,
+                   gamma: float | None = None) -> torch.Tensor:
+        """d_i(θ) (module docstring) of the canaries ``rows`` at the trainable parameters ``params``: (rows, P), each
+        gradient scaled as the engine scales it at clip norm ``clip`` (automatic clipping with ``gamma``)."""
         buffers = dict(task.model.named_buffers())
 
         def loss_of_one(p, xi, yi):
@@ -139,7 +141,7 @@ class Canaries:
             both = vmap(grad(loss_of_one), in_dims=(None, 0, 0))(
                 params, torch.cat([x, x]), torch.cat([self.labels_in[rows], self.labels_out[rows]]))
         flat = torch.cat([g.flatten(1) for g in both.values()], 1).double()
-        clipped = flat * clip_factors(flat.norm(dim=1), clip)[:, None]
+        clipped = flat * clip_factors(flat.norm(dim=1), clip, gamma=gamma)[:, None]
         return clipped[:len(x)] - clipped[len(x):]
 
 
@@ -163,8 +165,8 @@ class WhiteBox(pl.Callback):
         step = torch.cat([(self.before[name] - p).flatten() for name, p in self._trainable(module).items()]).double()
         chunk = max(1, CHUNK // len(step))
         found = [(d @ step, d.norm(dim=1)) for start in range(0, self.canaries.count, chunk)
-                 for d in [self.canaries.directions(module.task, self.before, module.hp["clip"],
-                                                    slice(start, start + chunk))]]
+                 for d in [self.canaries.directions(module.task, self.before, module.last_clip,
+                                                    slice(start, start + chunk), module.gamma)]]
         projections = self.canaries.centred(torch.cat([p for p, _ in found]))
         self.matched += projections
         # z: the projection in units of its noise, with the noise per coordinate estimated robustly from the step

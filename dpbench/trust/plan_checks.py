@@ -3,12 +3,13 @@ its data releases, its classifiers, its gradient run's DpEvent), refused where t
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import dp_accounting
 
 from dpbench import registry
-from dpbench.trust.recompute import Mismatch, _event
+from dpbench.trust.recompute import Mismatch, _close, _event
 
 
 @functools.cache
@@ -111,11 +112,36 @@ def _training_event(record: dict[str, Any], sigma: float, q: float, releases: in
     raise Mismatch(f"sampler {record['sampler']!r} is not one verify knows")
 
 
+def _charged_sigma(record: dict[str, Any]) -> float:
+    """The noise multiplier of one release with the extra releases made on its batch (``extra_releases``, e.g.
+    quantile clipping's count): the vector of all of them, each part divided by its noise std, is one Gaussian sum
+    of per-example contributions of norm ≤ (σ⁻² + Σ_k (s_k/σ_k)²)^(1/2) (Andrew et al. 2021, Theorem 1), so
+    z = (σ⁻² + Σ_k (s_k/σ_k)²)^(−1/2), under either relation. A built-in method that declares a count release
+    (``count_release``) must list exactly one, of sensitivity ½ and the noise std its ``count_noise_std`` gives for
+    the record's hyperparameters; ``combined_noise_multiplier``, where recorded, must be z."""
+    sigma, extra = record["noise_multiplier"], record.get("extra_releases") or []
+    method = _builtin(record)
+    if method is not None and getattr(method, "count_release", False):
+        expected = method.count_noise_std(record["hyperparameters"], record["sample_rate"] * record["n_train"])
+        if len(extra) != 1 or extra[0].get("sensitivity") != 0.5:
+            raise Mismatch(f"{record['method']} releases a count of sensitivity 1/2 with each gradient, but its "
+                           f"extra_releases are {extra!r}")
+        _close(expected, extra[0].get("noise_std"), "extra_releases[0].noise_std (the method's count noise)")
+    parts = [(part["sensitivity"], part["noise_std"]) for part in extra]
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for pair in parts for v in pair):
+        raise Mismatch(f"extra_releases {extra!r}: sensitivities and noise stds must be finite and positive")
+    charged = (sigma**-2 + math.fsum((s / std) ** 2 for s, std in parts)) ** -0.5 if parts else sigma
+    if parts or "combined_noise_multiplier" in record:
+        _close(charged, record.get("combined_noise_multiplier"), "combined_noise_multiplier")
+    return charged
+
+
 def _run_event(record: dict[str, Any]) -> dp_accounting.DpEvent:
-    """The event of a gradient run's record: its data releases, then its noisy gradients, counted from its plan."""
+    """The event of a gradient run's record: its data releases, then its noisy gradients (with the extra releases
+    on their batches, :func:`_charged_sigma`), counted from its plan."""
     if record.get("data_releases") and len(record.get("data_release_events") or []) != len(record["data_releases"]):
         raise Mismatch("its data releases have no machine-readable events (data_release_events)")
     q, releases = _plan(record)
-    training = _training_event(record, record["noise_multiplier"], q, releases)
+    training = _training_event(record, _charged_sigma(record), q, releases)
     before = _data_releases(record)
     return dp_accounting.ComposedDpEvent([*before, training]) if before else training

@@ -54,6 +54,8 @@ def _check_tuned(record: dict[str, Any]) -> None:
     the whole tuning's ε."""
     tuned = record["tuning"]
     sigma, q, releases = tuned["noise_multiplier"], tuned["sample_rate"], tuned["gradient_evaluations"]
+    if record.get("extra_releases"):  # private tuning charges the gradient's σ alone (dpbench.tuning.plan refuses)
+        raise Mismatch("a privately tuned record with extra releases, which its per-trial mechanism does not charge")
     if tuned.get("trial_mechanism", "gradient") == "output":  # one Gaussian output mechanism per classifier
         ledger = record["privacy_ledger"]
         if len(ledger) != releases:
