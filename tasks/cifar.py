@@ -128,8 +128,10 @@ class CIFAR10CNN(Classification):
     description = "DP-AdamBC's 5-layer tanh CNN on CIFAR-10 from scratch, random crop and flip"
     options = {"augment": True, "train_limit": 0}
     defaults = {"epochs": 28, "batch_size": 2048, "clip": 1.0, "epsilon": 8.0}
+    # quantile_clip starts from this task's C and takes DP-SGD's η; autoclip's η is DP-SGD's times its C (Bu et al.)
     method_defaults = {"dpsgd": {"lr": 4.0}, "dpadam": {"lr": 1e-3, "gamma": 1e-8},
-                       "dpadam_bc": {"lr": 1e-3, "gamma_prime": 1e-8}}
+                       "dpadam_bc": {"lr": 1e-3, "gamma_prime": 1e-8}, "quantile_clip": {"lr": 4.0},
+                       "autoclip": {"lr": 4.0}}
     profiles = {
         "paper": {"batch_size": 2048, "clip": 1.0, "epochs": 28, "noise_multiplier": 1.0, "delta": 1e-5,
                   "augment": True, "train_limit": 0,
@@ -270,7 +272,8 @@ class CIFAR10ADADP(Classification):
     description = "ADADP's CIFAR-10 setting: pretrained frozen convolutions, DP training of the 1600-500-500-10 head"
     options = {"pretraining": "auto", "pretrain_epochs": 10, "pretrain_limit": 0, "train_limit": 0}
     defaults = {"epochs": 20, "batch_size": 200, "clip": 3.0, "epsilon": 0.6, "delta": 1e-5}
-    method_defaults = {"ada_dp": {"lr": 0.1, "adapt_epochs": 10, "decay": 0.1}}
+    # autoclip's η: DP-SGD's default 0.1 times this task's C = 3 (Bu et al.'s convention, methods/autoclip.py)
+    method_defaults = {"ada_dp": {"lr": 0.1, "adapt_epochs": 10, "decay": 0.1}, "autoclip": {"lr": 0.3}}
     profiles = {
         "paper": {"batch_size": 200, "clip": 3.0, "epochs": 100, "noise_multiplier": 2.0, "delta": 1e-5,
                   "methods": {"ada_dp": {"lr": 0.1, "adapt_epochs": 50, "decay": 0.1}}},

@@ -217,7 +217,9 @@ class SNLI(Classification):
     # DP-AdamBC Section 3 (SNLI): B = 256, C = 0.1, η = 4 / 0.01 / 0.001, γ = 1e-8, γ' = 1e-9. Epochs: 4 keeps a run
     # of the MiniLM encoder on the mirror's 9,842 training pairs within ~10 minutes on a shared 2-core CPU.
     defaults = {"epochs": 4, "batch_size": 256, "clip": 0.1, "epsilon": 3.0}
-    method_defaults = {"dpsgd": {"lr": 4.0}, "dpadam": {"lr": 0.01, "gamma": 1e-8},
+    # quantile_clip: DP-SGD's η from this task's C; autoclip: DP-SGD's η times C = 0.1 (Bu et al.'s convention)
+    method_defaults = {"dpsgd": {"lr": 4.0}, "quantile_clip": {"lr": 4.0}, "autoclip": {"lr": 0.4},
+                       "dpadam": {"lr": 0.01, "gamma": 1e-8},
                        "dpadam_bc": {"lr": 0.001, "gamma_prime": 1e-9},
                        "nonprivate": {"optimizer": "adam", "lr": 0.001}}
     profiles = {
