@@ -17,6 +17,10 @@ divided by the expected batch size B = q·n: (Σ_k clip_C(t_k) + σC·z) / B wit
   rejection, η ← min(max(tol/err, α_min), α_max)·η) and the published code (``variant="code"``,
   github.com/DPBayes/ADADP ``adadp.py``: next iterate θ̂ = θ − (η/2)G1 − (η/2)G2, restored to θ when err > tol,
   η ← min(max(√(tol/err), α_min), α_max)·η, updated before the test), with err = ‖(θ1 − θ̂)/max(1, |θ1|)‖₂ (eq. 6).
+* :func:`quantile_clip`: Andrew et al. 2021, Algorithm 1 with one example per "client": g̃ = (Σ_k clip_{C_t}(g_k) +
+  σC_t·z)/B, θ ← θ − η g̃, the centred count S = Σ_k (1[‖g_k‖ ≤ C_t] − ½) + σ_b·z_b, b̃ = S/B + ½,
+  C_{t+1} = C_t·exp(−η_C (b̃ − γ)).
+* :func:`autoclip`: Bu et al. 2022, AUTO-S: g̃ = (Σ_k C·g_k/(‖g_k‖ + γ) + σC·z)/B, θ ← θ − η g̃.
 """
 from __future__ import annotations
 
@@ -182,3 +186,52 @@ def adadp(model: LinearModel, batches: Iterable[np.ndarray], noises: Iterable[np
         if observe is not None:
             observe(state)
     return state
+
+
+@dataclass
+class QuantileClipState:
+    w: np.ndarray
+    clip: float  # C_t, the clip norm of the next release
+    step: int = 0
+    count: float = float("nan")  # S of the last step (noisy, centred)
+    unclipped: float = float("nan")  # b̃ of the last step
+    clips: list[float] | None = None  # the clip norm of every release so far
+
+
+def quantile_clip(model: LinearModel, batches: Iterable[np.ndarray], noises: Iterable[np.ndarray],
+                  count_noises: Iterable[float], *, lr: float, sigma: float, expected_batch_size: float, clip: float,
+                  count_std: float, target_quantile: float = 0.5, clip_lr: float = 0.2,
+                  observe: Callable[[QuantileClipState], None] | None = None) -> QuantileClipState:
+    """DP-SGD with Andrew et al.'s geometric clip update (Algorithm 1), from the initial clip ``clip``: each step takes
+    a batch, a standard normal draw z for the gradient and one z_b for the count."""
+    state = QuantileClipState(w=model.zeros(), clip=clip, clips=[])
+    big_b = expected_batch_size
+    for index, z, z_b in zip(batches, noises, count_noises):
+        c_t = state.clip
+        state.clips.append(c_t)
+        gradients = model.per_example_gradients(state.w, index)
+        total, _ = clipped_sum(gradients, c_t)
+        norms = np.sqrt((gradients.reshape(len(index), -1) ** 2).sum(axis=1))
+        state.w = state.w - lr * (total + sigma * c_t * z) / big_b
+        state.count = float((norms <= c_t).sum() - len(index) / 2 + count_std * z_b)
+        state.unclipped = state.count / big_b + 0.5
+        state.clip = c_t * np.exp(-clip_lr * (state.unclipped - target_quantile))
+        state.step += 1
+        if observe is not None:
+            observe(state)
+    return state
+
+
+def autoclip(model: LinearModel, batches: Iterable[np.ndarray], noises: Iterable[np.ndarray], *, lr: float,
+             sigma: float, expected_batch_size: float, gamma: float = 0.01, clip: float = 1.0,
+             observe: Callable[[np.ndarray, int], None] | None = None) -> np.ndarray:
+    """DP-SGD with AUTO-S normalization: every per-example gradient scaled by C/(‖g_k‖ + γ); returns θ."""
+    w = model.zeros()
+    for step, (index, z) in enumerate(zip(batches, noises), 1):
+        gradients = model.per_example_gradients(w, index)
+        norms = np.sqrt((gradients.reshape(len(index), -1) ** 2).sum(axis=1))
+        total = (gradients * (clip / (norms + gamma))[:, None, None]).sum(axis=0)
+        w = w - lr * (total + sigma * clip * z) / expected_batch_size
+        if observe is not None:
+            observe(w, step)
+    return w

@@ -1,0 +1,435 @@
+"""The engine's per-example scaling (automatic clipping), moving clip norm and count release, and the methods on them:
+``quantile_clip`` (Andrew et al. 2021) and ``autoclip`` (Bu et al. 2022), against hand-computed cases and the
+independent NumPy transcriptions in ``benchmarks/transcriptions.py``; their accounting against dp-accounting and a
+numerical integration; what a method sees; what the engine refuses."""
+import json
+import math
+import warnings
+from dataclasses import replace
+
+import dp_accounting
+import numpy as np
+import pytest
+import pytorch_lightning as pl
+import torch
+from dp_accounting import pld
+
+from dpbench import registry
+from dpbench.cli import main
+from dpbench.errors import PrivacyCheckFailed
+from dpbench.method import CountRelease
+from dpbench.privacy import accounting
+from dpbench.privacy.clipping import VmapClipper, clip_factors
+from dpbench.privacy.ghost import GhostClipper, make_clipper
+from dpbench.privacy.sampling import IndexedTensors, PoissonSampler
+from dpbench.run import engine, multiseed
+from dpbench.run.training import PrivateTraining
+from dpbench.spec import RunSpec, resolve_hyperparameters
+from dpbench.trust import verify
+from tests.test_transcriptions import T, TinyLinear, as_matrix, assert_close
+
+METHODS = registry.methods([])
+TASKS = registry.tasks([])
+QuantileClip, AutoClip = METHODS["quantile_clip"], METHODS["autoclip"]
+CLIPPERS = [(None, 1e-9), (VmapClipper(), 1e-9)]  # no transform: the fast path's norms are exact closed forms here
+
+
+def module_for(method, sigma, expected_batch_size, classes=2, clipper=None, count_noise_std=None, **overrides):
+    """A PrivateTraining on :class:`TinyLinear` (float64) and its dataset; every noise draw is recorded as (values as
+    a float64 array, std)."""
+    pl.seed_everything(0, verbose=False)
+    task = TinyLinear(classes=classes)
+    data = task.prepare()
+    hp, _ = resolve_hyperparameters(method, TinyLinear, overrides)
+    if method.fixed_clip is not None:
+        hp["clip"] = method.fixed_clip
+    if method.count_release and count_noise_std is None:
+        count_noise_std = method.count_noise_std(hp, expected_batch_size)
+    module = PrivateTraining(task, method, hp, sigma, expected_batch_size, seed=0, clipper=clipper,
+                             count_noise_std=count_noise_std)
+    module.on_fit_start()
+    draws = []
+    fill = module.noise.fill_
+
+    def recording(tensor, std):
+        filled = fill(tensor, std)
+        draws.append((filled.detach().double().numpy().copy(), std))
+        return filled
+
+    module.noise.fill_ = recording
+    return module, data, IndexedTensors(data.x_train, data.y_train), draws
+
+
+def batches(n, expected_batch_size, steps, seed=5):
+    return [b[0] for b in PoissonSampler(n, expected_batch_size / n, steps, 1, seed=seed)]
+
+
+# --- automatic clipping (Bu et al.): the engine's scaling -------------------------------------------------------
+
+@pytest.mark.parametrize("clipper", [GhostClipper(), VmapClipper()], ids=["fast", "reference"])
+def test_automatic_scaling_by_hand(clipper):
+    """Logistic regression at θ = 0: example (x, y) has gradient (½ − y)(x, 1), of norm ½·√(‖x‖² + 1)."""
+    module, data, dataset, _ = module_for(AutoClip, 0.0, 2.0, clipper=clipper)
+    x, y = data.x_train[[0, 30]], data.y_train[[0, 30]]  # row 30 is 5 × row 0: norms ½√2 and ½√26
+    with torch.no_grad():
+        for p in module.params():
+            p.zero_()
+    weight, bias = module.release(x, y)
+    expected = torch.zeros(5, dtype=torch.float64)
+    for xi, yi in zip(x, y):
+        g = (0.5 - float(yi)) * torch.cat([xi, torch.ones(1, dtype=torch.float64)])
+        expected += g * 1.0 / (float(g.norm()) + 0.01)  # C = 1, γ = 0.01
+    expected /= 2.0
+    torch.testing.assert_close(torch.cat([weight.flatten(), bias]), expected)
+
+
+@pytest.mark.parametrize("clipper", [GhostClipper(), VmapClipper()], ids=["fast", "reference"])
+@pytest.mark.parametrize("clip", [1.0, 0.25, 7.0])
+def test_no_example_contributes_more_than_c_under_automatic_scaling(clipper, clip):
+    """Every example, alone in a release without noise, contributes a vector of norm < C, at gradient norms from
+    1e-6 to 1e6 (with C·‖g‖/(‖g‖ + γ) < C), and an example whose gradient is not finite contributes nothing."""
+    module, data, dataset, _ = module_for(AutoClip, 0.0, 1.0, clipper=clipper)
+    module.hp["clip"] = clip
+    torch.manual_seed(0)
+    scales = [1e-6, 1e-3, 0.1, 1.0, 10.0, 1e3, 1e6]
+    for scale in scales:
+        for index in range(0, 40, 7):
+            x, y = data.x_train[[index]] * scale, data.y_train[[index]]
+            released = module.release(x, y)
+            norm = math.sqrt(sum(float(r.square().sum()) for r in released))
+            assert norm < clip, (scale, index, norm)
+            assert norm > 0
+    with torch.no_grad():
+        module.params()[0].fill_(1e308)
+    x = data.x_train[[0, 1]] * 1e10
+    released = module.release(x, data.y_train[[0, 1]])
+    assert all(bool(r.isfinite().all()) for r in released)
+
+
+def test_automatic_factors_are_c_over_norm_plus_gamma():
+    norms = torch.tensor([0.0, 0.5, 2.0, math.inf, math.nan])
+    factors = clip_factors(norms, 3.0, 0.5, gamma=0.01)
+    torch.testing.assert_close(factors[:3], 0.5 * 3.0 / (norms[:3] + 0.01))
+    assert factors[3] == 0 and factors[4] == 0
+    for bad in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError):
+            clip_factors(norms, 3.0, 1.0, gamma=bad)
+
+
+def test_autoclip_keeps_the_fast_clipping_path():
+    """AUTO-S is a scaling computed from the norms the ghost clipper already has: no per-example transform, no vmap
+    fallback, on a linear model and on the MLP."""
+    assert AutoClip.per_example_transform is QuantileClip.per_example_transform  # neither overrides it
+    module, *_ = module_for(AutoClip, 1.0, 4.0)
+    assert isinstance(module.clipper, GhostClipper) and module.gamma == 0.01
+    mlp = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert isinstance(make_clipper(mlp, None), GhostClipper)
+
+
+@pytest.mark.parametrize("clipper, rel", CLIPPERS, ids=["fast", "reference"])
+@pytest.mark.parametrize("classes", [2, 3])
+def test_autoclip_equals_the_transcription_step_for_step(classes, clipper, rel):
+    sigma, batch, steps, lr = 0.7, 8.0, 25, 0.5
+    module, data, dataset, draws = module_for(AutoClip, sigma, batch, classes, clipper, lr=lr)
+    drawn = batches(len(dataset), batch, steps)
+    trace = []
+    for step, index in enumerate(drawn):
+        module.training_step([dataset.__getitems__([index])[0]], step)
+        trace.append(as_matrix(module.params()))
+    assert len(draws) == 2 * steps  # weight and bias per release
+    noises = [np.concatenate([w.reshape(-1, 4) / sw, (b / sb)[:, None]], axis=1)
+              for (w, sw), (b, sb) in zip(draws[::2], draws[1::2])]
+    assert {sw for _, sw in draws} == {sigma * 1.0 / batch}
+    model = T.LinearModel(data.x_train.numpy(), data.y_train.numpy(), classes)
+
+    def compare(w, step):
+        assert_close(trace[step - 1], w, rel)
+
+    T.autoclip(model, [b.numpy() for b in drawn], noises, lr=lr, sigma=sigma, expected_batch_size=batch,
+               gamma=0.01, clip=1.0, observe=compare)
+
+
+# --- the count release and the moving clip norm (Andrew et al.) --------------------------------------------------
+
+@pytest.mark.parametrize("clipper", [GhostClipper(), VmapClipper()], ids=["fast", "reference"])
+def test_count_release_by_hand(clipper):
+    """At θ = 0 rows 0-29 have gradient norm ½√2 ≈ 0.71 and rows 30-39 ½√26 ≈ 2.55: at C = 1, a batch of rows
+    {0, 1, 30} counts 2 below C, centred 2 − 3/2 = ½; at C = 3 all three, 3/2. Without noise the release is that."""
+    module, data, dataset, _ = module_for(QuantileClip, 0.0, 4.0, clipper=clipper)
+    module.mechanism = replace(module.mechanism, count_noise_std=0.0)
+    with torch.no_grad():
+        for p in module.params():
+            p.zero_()
+    x, y = data.x_train[[0, 1, 30]], data.y_train[[0, 1, 30]]
+    gradient, count = module.release(x, y)
+    assert isinstance(count, CountRelease) and count.noisy_sum == 0.5 and count.fraction == 0.5 / 4 + 0.5
+    module.method.clip_norm = 3.0
+    _, count = module.release(x, y)
+    assert count.noisy_sum == 1.5
+    _, count = module.release(x[:0], y[:0])  # an empty Poisson batch counts 0
+    assert count.noisy_sum == 0.0
+
+
+def test_count_noise_has_standard_deviation_sigma_b_and_mean_zero():
+    """The count handed to the method minus the true centred count (from the norms the clipper returned, which the
+    test reads by wrapping it) is N(0, σ_b²): over 600 releases its standard deviation is within 12% of σ_b
+    (a 5-sigma band) and its mean within 5 standard errors of 0."""
+    sigma_b = 0.8
+    module, data, dataset, draws = module_for(QuantileClip, 1.0, 8.0, count_noise_std=sigma_b)
+    clipped_sum = module.clipper.clipped_sum
+    truth = []
+
+    def spying(task, x, y, max_norm, *args, **kwargs):
+        sums, norms = clipped_sum(task, x, y, max_norm, *args, **kwargs)
+        truth.append(float((norms <= max_norm).sum()) - len(norms) / 2)
+        return sums, norms
+
+    module.clipper.clipped_sum = spying
+    residuals = []
+    for index in batches(len(dataset), 8.0, 600):
+        x, y = dataset.__getitems__([index])[0]
+        _, count = module.release(x, y)
+        residuals.append(count.noisy_sum - truth[-1])
+    residuals = np.array(residuals)
+    assert abs(residuals.std() / sigma_b - 1) < 0.12, residuals.std()
+    assert abs(residuals.mean()) < 5 * sigma_b / math.sqrt(len(residuals))
+
+
+@pytest.mark.parametrize("clipper, rel", CLIPPERS, ids=["fast", "reference"])
+@pytest.mark.parametrize("classes", [2, 3])
+def test_quantile_clip_equals_the_transcription_step_for_step(classes, clipper, rel):
+    """Parameters, released counts and every clip norm, step for step, with the same batches and noise draws."""
+    sigma, batch, steps, lr = 0.6, 8.0, 40, 0.5
+    overrides = dict(lr=lr, clip=0.3, clip_lr=0.5, count_noise=0.4)  # η_C larger than the paper's: C moves visibly
+    module, data, dataset, draws = module_for(QuantileClip, sigma, batch, classes, clipper, **overrides)
+    drawn = batches(len(dataset), batch, steps)
+    clips_used = []
+    clipped_sum = module.clipper.clipped_sum
+
+    def spying(task, x, y, max_norm, *args, **kwargs):
+        clips_used.append(max_norm)
+        return clipped_sum(task, x, y, max_norm, *args, **kwargs)
+
+    module.clipper.clipped_sum = spying
+    trace = []
+    for step, index in enumerate(drawn):
+        module.training_step([dataset.__getitems__([index])[0]], step)
+        trace.append((as_matrix(module.params()), module.method.unclipped, module.method.clip_norm))
+    assert len(draws) == 3 * steps  # weight, bias, count per release
+    weights, biases, counts = draws[::3], draws[1::3], draws[2::3]
+    noises = [np.concatenate([w.reshape(-1, 4) / sw, (b / sb)[:, None]], axis=1)
+              for (w, sw), (b, sb) in zip(weights, biases)]
+    count_noises = [float(c[0] / sc) for c, sc in counts]
+    assert all(sc == 0.4 for _, sc in counts)
+    # the gradient noise follows the clip norm of its release: σC_t/B
+    np.testing.assert_allclose([sw for _, sw in weights], sigma * np.array(clips_used) / batch, rtol=1e-12)
+    model = T.LinearModel(data.x_train.numpy(), data.y_train.numpy(), classes)
+
+    def compare(state):
+        w, unclipped, clip = trace[state.step - 1]
+        assert_close(state.w, w, rel)
+        assert state.unclipped == pytest.approx(unclipped, rel=1e-12, abs=1e-12)
+        assert state.clip == pytest.approx(clip, rel=1e-12)
+
+    final = T.quantile_clip(model, [b.numpy() for b in drawn], noises, count_noises, lr=lr, sigma=sigma,
+                            expected_batch_size=batch, clip=0.3, count_std=0.4, target_quantile=0.5, clip_lr=0.5,
+                            observe=compare)
+    assert final.step == steps
+    np.testing.assert_allclose(final.clips, clips_used, rtol=1e-12)  # the clip of every release: public C_t
+    assert max(clips_used) / min(clips_used) > 2  # the clip moved
+    assert module.clip_norms == {"first": 0.3, "last": clips_used[-1], "min": min(clips_used),
+                                 "max": max(clips_used)}
+
+
+def test_geometric_update_by_hand():
+    """C_{t+1} = C_t·exp(−η_C(b̃ − γ)): from C = 2 with b̃ = 0.9, γ = 0.5, η_C = 0.2, C becomes 2·e^(−0.08)."""
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    from dpbench.method import GradientMechanism
+    method = QuantileClip(params, {**QuantileClip.defaults, "epochs": 1, "batch_size": 10, "clip": 2.0},
+                          GradientMechanism(1.0, 2.0, 10.0, 1, 0.5))
+    assert method.next_clip() == 2.0
+    count = CountRelease(noisy_sum=4.0, expected_batch_size=10.0)  # b̃ = 4/10 + ½ = 0.9
+    method.step(lambda: ([torch.tensor([1.0, -1.0])], count))
+    assert method.next_clip() == pytest.approx(2.0 * math.exp(-0.2 * 0.4), rel=1e-15)
+    torch.testing.assert_close(params[0].detach(), torch.tensor([-0.1, 0.1]))  # θ − η g̃, η = 0.1
+
+
+def test_a_method_sees_no_per_example_quantity():
+    """What reaches the method: parameter-shaped gradients and a CountRelease of two numbers; its state after a run
+    holds no tensor but the parameters' shapes (its optimizer state) and numbers."""
+    module, data, dataset, _ = module_for(QuantileClip, 1.0, 8.0, lr=0.5)
+    seen = []
+    step = module.method.step
+
+    def watching(release):
+        def wrapped():
+            value = release()
+            seen.append(value)
+            return value
+        return step(wrapped)
+
+    module.method.step = watching
+    for step_index, index in enumerate(batches(len(dataset), 8.0, 20)):
+        module.training_step([dataset.__getitems__([index])[0]], step_index)
+    shapes = [p.shape for p in module.params()]
+    for gradient, count in seen:
+        assert [g.shape for g in gradient] == shapes
+        assert type(count) is CountRelease and set(vars(count)) == {"noisy_sum", "expected_batch_size"}
+        assert all(type(v) is float for v in vars(count).values())
+    for name, value in vars(module.method).items():
+        if name in ("params", "hp", "mechanism", "step"):
+            continue
+        if isinstance(value, torch.Tensor):
+            assert value.shape in shapes, name
+        elif isinstance(value, list):
+            assert all(isinstance(v, torch.Tensor) and v.shape in shapes for v in value), name
+        else:
+            assert value is None or isinstance(value, (int, float)), name
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, 0.0, -1.0, True, "1.0"])
+def test_a_clip_norm_that_is_not_finite_and_positive_is_refused(bad):
+    module, data, dataset, _ = module_for(QuantileClip, 1.0, 8.0)
+    module.method.clip_norm = bad
+    x, y = data.x_train[:3], data.y_train[:3]
+    with pytest.raises(PrivacyCheckFailed, match="finite positive"):
+        module.release(x, y)
+
+
+# --- accounting of the gradient and count pair --------------------------------------------------------------------
+
+def test_combined_noise_multiplier_is_andrew_et_al_theorem_1():
+    sigma, sigma_b = 1.3, 12.5
+    z = accounting.combined_noise_multiplier(sigma, ((0.5, sigma_b),))
+    assert z == pytest.approx((sigma**-2 + (2 * sigma_b) ** -2) ** -0.5, rel=1e-15)
+    assert accounting.gradient_noise_multiplier(z, ((0.5, sigma_b),)) == pytest.approx(sigma, rel=1e-12)
+    assert accounting.combined_noise_multiplier(accounting.gradient_noise_multiplier(z, ((0.5, sigma_b),)),
+                                                ((0.5, sigma_b),)) >= z
+    with pytest.raises(ValueError, match="whole budget"):
+        accounting.gradient_noise_multiplier(30.0, ((0.5, sigma_b),))  # 2σ_b = 25 < 30: the count alone costs more
+
+
+def _delta_2d(mu_in: np.ndarray, mu_out: np.ndarray, q: float, epsilon: float) -> float:
+    """δ(ε) = max over both orders of ∫ (P − e^ε Q)₊ for P = (1 − q)N(0, I) + qN(mu_in, I) against Q = (1 − q)N(0, I) +
+    qN(mu_out, I) (replace-one) or Q = N(0, I) (add/remove: mu_out None), by numerical integration on a 2-D grid."""
+    grid = np.linspace(-9, 9, 1801)
+    x, y = np.meshgrid(grid, grid, indexing="ij")
+    cell = (grid[1] - grid[0]) ** 2
+
+    def density(mean):
+        return np.exp(-((x - mean[0]) ** 2 + (y - mean[1]) ** 2) / 2) / (2 * np.pi)
+
+    p = (1 - q) * density((0, 0)) + q * density(mu_in)
+    r = density((0, 0)) if mu_out is None else (1 - q) * density((0, 0)) + q * density(mu_out)
+    return max(float(np.clip(p - math.exp(epsilon) * r, 0, None).sum() * cell),
+               float(np.clip(r - math.exp(epsilon) * p, 0, None).sum() * cell))
+
+
+@pytest.mark.parametrize("relation", ["add-remove", "replace-one"])
+def test_the_pair_is_one_gaussian_of_the_combined_noise_multiplier(relation):
+    """One subsampled release of the pair (gradient with noise σC, count with noise σ_b) is a 2-D Gaussian mixture
+    whose worst-case contributions are (C, ±½) scaled by the noise stds: integrated numerically, its δ(ε) is
+    dp-accounting's for one PoissonSampled(q, Gaussian(z)) with z = (σ⁻² + (2σ_b)⁻²)^(−1/2), under either relation
+    (replace-one: the contributions (g, ½) and (−g, −½), antipodal, the accountant's worst case)."""
+    sigma, sigma_b, q = 1.1, 0.9, 0.3
+    z = accounting.combined_noise_multiplier(sigma, ((0.5, sigma_b),))
+    one = np.array([1 / sigma, 0.5 / sigma_b])  # an example's contribution in units of each part's noise std
+    event = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z))
+    found = pld.PLDAccountant(accounting.RELATIONS[relation], value_discretization_interval=1e-5).compose(event)
+    for epsilon in (0.2, 0.5, 1.0):
+        numerical = _delta_2d(one, None if relation == "add-remove" else -one, q, epsilon)
+        assert found.get_delta(epsilon) == pytest.approx(numerical, rel=2e-3, abs=1e-7), epsilon
+    # the combined vector's replace-one sensitivity is twice its add/remove one, as for the gradient alone
+    assert np.linalg.norm(one - (-one)) == pytest.approx(2 / z)
+
+
+def test_without_subsampling_composing_the_two_gaussians_is_the_combined_one():
+    """q = 1 (full batches): dp-accounting's composition of Gaussian(σ) and Gaussian(2σ_b) (the count's sensitivity ½
+    as noise 2σ_b at sensitivity 1) equals one Gaussian(z): the Gaussian mechanism's μ² add up."""
+    sigma, sigma_b, delta = 2.0, 1.5, 1e-6
+    composed = dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(sigma),
+                                              dp_accounting.GaussianDpEvent(2 * sigma_b)])
+    z = accounting.combined_noise_multiplier(sigma, ((0.5, sigma_b),))
+    for relation in accounting.RELATIONS.values():
+        a = pld.PLDAccountant(relation, value_discretization_interval=1e-5).compose(composed).get_epsilon(delta)
+        b = pld.PLDAccountant(relation, value_discretization_interval=1e-5).compose(
+            dp_accounting.GaussianDpEvent(z)).get_epsilon(delta)
+        assert a == pytest.approx(b, rel=1e-3)
+
+
+def _run(capsys, *args):
+    assert main(["run", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("relation", ["add-remove", "replace-one"])
+def test_a_quantile_clip_record_charges_the_count_and_verify_recomputes_it(capsys, relation, one_thread):
+    record = _run(capsys, "--method", "quantile_clip", "--task", "breast_cancer", "--epsilon", "1", "--set",
+                  "epochs=3", "--set", "batch_size=128", "--neighbouring", relation)
+    n, q = record["n_train"], record["sample_rate"]
+    sigma_b = q * n / 20
+    assert record["extra_releases"] == [{"what": record["extra_releases"][0]["what"], "sensitivity": 0.5,
+                                         "noise_std": pytest.approx(sigma_b, rel=1e-12)}]
+    sigma = record["noise_multiplier"]
+    z = (sigma**-2 + (2 * sigma_b) ** -2) ** -0.5  # independent of dpbench.privacy.accounting
+    assert record["combined_noise_multiplier"] == pytest.approx(z, rel=1e-12)
+    relation_ = accounting.RELATIONS[relation]
+
+    def spent(noise):
+        event = dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(noise)), record["gradient_evaluations"])
+        return pld.PLDAccountant(relation_).compose(event).get_epsilon(record["delta"])
+
+    assert record["epsilon"] == pytest.approx(spent(z), rel=1e-6)
+    assert record["epsilon"] <= 1.0 * (1 + 1e-9)
+    assert spent(sigma) < 0.97 * record["epsilon"]  # the gradient alone would report less: the count is charged
+    assert verify.check(record) == []
+    lie = dict(record, extra_releases=[], combined_noise_multiplier=sigma)
+    lie["run_id"] = verify.content_id(lie)
+    assert any("count of sensitivity 1/2" in p for p in verify.check(lie))
+    lie = dict(record, extra_releases=[dict(record["extra_releases"][0], noise_std=10 * sigma_b)],
+               combined_noise_multiplier=accounting.combined_noise_multiplier(sigma, ((0.5, 10 * sigma_b),)))
+    lie["run_id"] = verify.content_id(lie)
+    assert any("count noise" in p for p in verify.check(lie))
+    lie = dict(record, combined_noise_multiplier=sigma)
+    lie["run_id"] = verify.content_id(lie)
+    assert any("combined_noise_multiplier" in p for p in verify.check(lie))
+
+
+def test_a_plugin_records_extra_releases_are_charged_by_verify(capsys, one_thread):
+    """verify does not load a plugin: it charges the extra releases the record lists, whatever the method."""
+    record = _run(capsys, "--method", "quantile_clip", "--task", "breast_cancer", "--epsilon", "1", "--set",
+                  "epochs=2")
+    plugin = dict(record, code={**record["code"], "method": {**record["code"]["method"], "external": True}})
+    plugin["run_id"] = verify.content_id(plugin)
+    assert verify.check(plugin) == []
+    understated = dict(plugin, epsilon=0.8 * record["epsilon"])
+    understated["run_id"] = verify.content_id(understated)
+    assert any("recomputed" in p for p in verify.check(understated))
+
+
+# --- what the engine refuses ---------------------------------------------------------------------------------------
+
+def test_refusals(refused):
+    assert "takes no clip" in refused("run", "--method", "autoclip", "--task", "digits", "--set", "clip=2")
+    assert "gamma" in refused("run", "--method", "autoclip", "--task", "digits", "--set", "gamma=0")
+    assert "--isolate" in refused("run", "--method", "quantile_clip", "--task", "digits", "--isolate")
+    assert "--isolate" in refused("run", "--method", "autoclip", "--task", "digits", "--isolate")
+    assert "checkpoints" in refused("run", "--method", "quantile_clip", "--task", "digits", "--checkpoint-dir",
+                                    "ck")
+    assert "whole budget" in refused("run", "--method", "quantile_clip", "--task", "digits", "--epsilon", "0.1")
+    assert "only --mode oracle" in refused("tune", "--method", "quantile_clip", "--task", "digits", "--epsilon",
+                                           "1")
+
+
+@pytest.mark.parametrize("method", ["quantile_clip", "autoclip"])
+def test_batched_seeds_are_refused_and_the_runs_train_one_by_one(method, one_thread):
+    spec = RunSpec(method=method, task="breast_cancer", epsilon=1.0, overrides={"epochs": 1}, progress_bar=False,
+                   no_wandb=True, append_to_store=False)
+    with pytest.raises(multiseed.NotBatchable, match="not batched"):
+        multiseed.run_seeds(spec, [0, 1])
+    records = multiseed.run_many([replace(spec, seed=0), replace(spec, seed=1)])
+    assert [r["clipping"] for r in records] == ["ghost", "ghost"] and "batched_seeds" not in records[0]
+    assert [r["metrics"] for r in records] == [engine.run(replace(spec, seed=s))["metrics"] for s in (0, 1)]
