@@ -33,7 +33,7 @@ PRIVACY_TESTS = ["tests/test_guards.py", "tests/test_cache.py", "tests/test_stre
                  "tests/test_tuning.py", "tests/test_tuning_privacy.py", "tests/test_output_perturbation.py",
                  "tests/test_amp.py", "tests/test_cli.py", "tests/test_adaclip.py", "tests/test_ada_dp.py",
                  "tests/test_dpadam.py", "tests/test_mnist_tasks.py", "tests/test_isolation.py",
-                 "tests/test_verify.py"]
+                 "tests/test_verify.py", "tests/test_adaptive_clipping.py"]
 
 
 @dataclass(frozen=True)
@@ -529,6 +529,63 @@ MUTANTS = [
            "form does not zero a data row)", "dpbench/data/taskdata.py",
            "x.layout == torch.strided and not bool(x.isfinite().all()):", "False:",
            first="tests/test_nonfinite.py"),
+    # issue 34: the engine's automatic scaling, moving clip norm and count release (quantile_clip, autoclip)
+    Mutant("count-noise-missing", "count release", "the count release gets no noise (a noise-free count of the "
+           "batch's examples below C_t)", "dpbench/run/training.py",
+           "noise = float(self.noise.fill_(torch.empty(1), std)[0]) if std else 0.0", "noise = 0.0",
+           first="tests/test_adaptive_clipping.py::test_count_noise_has_standard_deviation_sigma_b_and_mean_zero"),
+    Mutant("count-noise-half", "count release", "the count's noise has standard deviation σ_b/2",
+           "dpbench/run/training.py", "noise = float(self.noise.fill_(torch.empty(1), std)[0]) if std else 0.0",
+           "noise = float(self.noise.fill_(torch.empty(1), std / 2)[0]) if std else 0.0",
+           first="tests/test_adaptive_clipping.py::test_count_noise_has_standard_deviation_sigma_b_and_mean_zero"),
+    Mutant("clip-update-private", "count release", "the noise is drawn but the method's clip update gets the exact "
+           "count (its next C_t is a function of non-public data)", "dpbench/run/training.py",
+           "return CountRelease(below + noise, self.expected_batch_size)",
+           "return CountRelease(below, self.expected_batch_size)",
+           first="tests/test_adaptive_clipping.py::test_count_noise_has_standard_deviation_sigma_b_and_mean_zero"),
+    Mutant("count-not-charged", "count release", "the ledger charges the gradient's σ alone, not the pair's "
+           "combined noise multiplier", "dpbench/run/engine.py",
+           'return combined_noise_multiplier(record["noise_multiplier"], extra) if extra else record["noise_multiplier"]',
+           'return record["noise_multiplier"]',
+           first="tests/test_adaptive_clipping.py::test_a_quantile_clip_record_charges_the_count_and_verify_recomputes_it"),
+    Mutant("count-not-calibrated", "count release", "σ is calibrated as if the count were free (the gradient runs "
+           "at the pair's combined z)", "dpbench/run/engine.py",
+           "sigma = gradient_noise_multiplier(combined, extra) if extra else combined", "sigma = combined",
+           first="tests/test_adaptive_clipping.py::test_a_quantile_clip_record_charges_the_count_and_verify_recomputes_it"),
+    Mutant("combined-drops-count", "count release", "the combined noise multiplier leaves the count out",
+           "dpbench/privacy/accounting.py",
+           "return (noise_multiplier**-2 + math.fsum((s / std) ** 2 for s, std in extra)) ** -0.5",
+           "return noise_multiplier", first="tests/test_adaptive_clipping.py::test_combined_noise_multiplier_is_andrew_et_al_theorem_1"),
+    Mutant("count-sensitivity-quarter", "count release", "the centred count charged at sensitivity ¼ instead of ½",
+           "dpbench/privacy/accounting.py", "COUNT_SENSITIVITY = 0.5", "COUNT_SENSITIVITY = 0.25",
+           first="tests/test_adaptive_clipping.py::test_a_quantile_clip_record_charges_the_count_and_verify_recomputes_it"),
+    Mutant("verify-count-optional", "verify", "verify accepts a built-in count method's record that lists no count "
+           "(recomputing ε from the gradient's σ alone)", "dpbench/trust/verify.py",
+           '        if len(extra) != 1 or extra[0].get("sensitivity") != 0.5:', "        if False:",
+           first="tests/test_adaptive_clipping.py::test_a_quantile_clip_record_charges_the_count_and_verify_recomputes_it"),
+    Mutant("autoclip-exceeds-c", "clipping", "automatic clipping scales by C/(‖g‖/2 + γ): contributions up to 2C",
+           "dpbench/privacy/clipping.py", "factors = (max_norm * scale) / (norms + check_gamma(gamma))",
+           "factors = (max_norm * scale) / (0.5 * norms + check_gamma(gamma))",
+           first="tests/test_adaptive_clipping.py::test_no_example_contributes_more_than_c_under_automatic_scaling"),
+    Mutant("moving-clip-noise-at-c0", "clipping", "a moving clip norm's releases get the noise of the initial C_0",
+           "dpbench/run/training.py",
+           "mechanism = self.mechanism if clip is None else replace(self.mechanism, clip=clip)",
+           "mechanism = self.mechanism",
+           first="tests/test_adaptive_clipping.py::test_quantile_clip_equals_the_transcription_step_for_step"),
+    Mutant("moving-clip-unchecked", "clipping", "a clip norm that is not finite and positive is used",
+           "dpbench/run/training.py",
+           "        if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not 0 < clip < math.inf:",
+           "        if False:", first="tests/test_adaptive_clipping.py::test_a_clip_norm_that_is_not_finite_and_positive_is_refused"),
+    Mutant("adaptive-batched", "batched seeds", "methods with automatic clipping, a moving C or a count release are "
+           "batched", "dpbench/run/multiseed.py", "    if method.private and engine.adaptive_features(method):",
+           "    if False:", first="tests/test_adaptive_clipping.py::test_batched_seeds_are_refused_and_the_runs_train_one_by_one"),
+    Mutant("count-tuned-privately", "tuning", "a count method is tuned privately (its trials charged at σ alone)",
+           "dpbench/tuning/plan.py", '    if getattr(method, "count_release", False) and spec.mode != "oracle":',
+           "    if False:", first="tests/test_adaptive_clipping.py::test_refusals"),
+    Mutant("adaptive-isolated", "isolation", "a method with a count release or moving C runs isolated (the child "
+           "never forwards them)", "dpbench/run/engine.py",
+           '("--isolate (the isolated process does not forward them)", spec.isolate)',
+           '("--isolate (the isolated process does not forward them)", False)', first="tests/test_adaptive_clipping.py::test_refusals"),
 ]
 
 
