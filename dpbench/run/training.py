@@ -137,7 +137,9 @@ class PrivateTraining(pl.LightningModule):
             return list(torch.autograd.grad(loss, params))
         clip = self.release_clip()
         # Several ranks: rank 0 draws the noise, the others add their clipped sums into zeros (dpbench.run.distributed).
-        into = self.draw_noise(params, clip) if self.rank == 0 else [torch.zeros_like(p) for p in params]
+        # (the noise of a moving clip norm's release is σC_t/B)
+        into = ((self.draw_noise(params, clip) if self.method_class.moves_clip else self.draw_noise(params))
+                if self.rank == 0 else [torch.zeros_like(p) for p in params])
         noisy, norms = self.clipper.clipped_sum(self.task, x, y, clip, self.current_transform(),
                                                 scale=1 / self.expected_batch_size, into=into, gamma=self.gamma)
         noisy = distributed.sum_over_ranks(noisy) if self.world > 1 else noisy
