@@ -78,8 +78,7 @@ def clip_factors(norms: torch.Tensor, max_norm: float | torch.Tensor, scale: flo
         if torch.is_tensor(max_norm) or not math.isfinite(max_norm):
             raise ValueError("automatic clipping needs one finite clip norm C")
         factors = (max_norm * scale) / (norms + check_gamma(gamma))
-        return torch.where(norms.isfinite(), factors, 0.0)
-    if not torch.is_tensor(max_norm):
+    elif not torch.is_tensor(max_norm):
         if math.isinf(max_norm):
             factors = torch.full_like(norms, scale)
         else:
