@@ -560,7 +560,7 @@ MUTANTS = [
            "dpbench/privacy/accounting.py", "COUNT_SENSITIVITY = 0.5", "COUNT_SENSITIVITY = 0.25",
            first="tests/test_adaptive_clipping.py::test_a_quantile_clip_record_charges_the_count_and_verify_recomputes_it"),
     Mutant("verify-count-optional", "verify", "verify accepts a built-in count method's record that lists no count "
-           "(recomputing ε from the gradient's σ alone)", "dpbench/trust/verify.py",
+           "(recomputing ε from the gradient's σ alone)", "dpbench/trust/plan_checks.py",
            '        if len(extra) != 1 or extra[0].get("sensitivity") != 0.5:', "        if False:",
            first="tests/test_adaptive_clipping.py::test_a_quantile_clip_record_charges_the_count_and_verify_recomputes_it"),
     Mutant("autoclip-exceeds-c", "clipping", "automatic clipping scales by C/(‖g‖/2 + γ): contributions up to 2C",
@@ -577,13 +577,13 @@ MUTANTS = [
            "        if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not 0 < clip < math.inf:",
            "        if False:", first="tests/test_adaptive_clipping.py::test_a_clip_norm_that_is_not_finite_and_positive_is_refused"),
     Mutant("adaptive-batched", "batched seeds", "methods with automatic clipping, a moving C or a count release are "
-           "batched", "dpbench/run/multiseed.py", "    if method.private and engine.adaptive_features(method):",
+           "batched", "dpbench/run/multiseed.py", "    if method.private and refusals.adaptive_features(method):",
            "    if False:", first="tests/test_adaptive_clipping.py::test_batched_seeds_are_refused_and_the_runs_train_one_by_one"),
     Mutant("count-tuned-privately", "tuning", "a count method is tuned privately (its trials charged at σ alone)",
            "dpbench/tuning/plan.py", '    if getattr(method, "count_release", False) and spec.mode != "oracle":',
            "    if False:", first="tests/test_adaptive_clipping.py::test_refusals"),
     Mutant("adaptive-isolated", "isolation", "a method with a count release or moving C runs isolated (the child "
-           "never forwards them)", "dpbench/run/engine.py",
+           "never forwards them)", "dpbench/run/refusals.py",
            '("--isolate (the isolated process does not forward them)", spec.isolate)',
            '("--isolate (the isolated process does not forward them)", False)', first="tests/test_adaptive_clipping.py::test_refusals"),
 ]
