@@ -25,7 +25,7 @@ from dpbench.privacy.sampling import IndexedTensors, PoissonSampler
 from dpbench.run import engine, multiseed
 from dpbench.run.training import PrivateTraining
 from dpbench.spec import RunSpec, resolve_hyperparameters
-from dpbench.trust import verify
+from dpbench.trust import record_checks, verify
 from tests.test_transcriptions import T, TinyLinear, as_matrix, assert_close
 
 METHODS = registry.methods([])
@@ -387,14 +387,14 @@ def test_a_quantile_clip_record_charges_the_count_and_verify_recomputes_it(capsy
     assert spent(sigma) < 0.97 * record["epsilon"]  # the gradient alone would report less: the count is charged
     assert verify.check(record) == []
     lie = dict(record, extra_releases=[], combined_noise_multiplier=sigma)
-    lie["run_id"] = verify.content_id(lie)
+    lie["run_id"] = record_checks.content_id(lie)
     assert any("count of sensitivity 1/2" in p for p in verify.check(lie))
     lie = dict(record, extra_releases=[dict(record["extra_releases"][0], noise_std=10 * sigma_b)],
                combined_noise_multiplier=accounting.combined_noise_multiplier(sigma, ((0.5, 10 * sigma_b),)))
-    lie["run_id"] = verify.content_id(lie)
+    lie["run_id"] = record_checks.content_id(lie)
     assert any("count noise" in p for p in verify.check(lie))
     lie = dict(record, combined_noise_multiplier=sigma)
-    lie["run_id"] = verify.content_id(lie)
+    lie["run_id"] = record_checks.content_id(lie)
     assert any("combined_noise_multiplier" in p for p in verify.check(lie))
 
 
@@ -403,10 +403,10 @@ def test_a_plugin_records_extra_releases_are_charged_by_verify(capsys, one_threa
     record = _run(capsys, "--method", "quantile_clip", "--task", "breast_cancer", "--epsilon", "1", "--set",
                   "epochs=2")
     plugin = dict(record, code={**record["code"], "method": {**record["code"]["method"], "external": True}})
-    plugin["run_id"] = verify.content_id(plugin)
+    plugin["run_id"] = record_checks.content_id(plugin)
     assert verify.check(plugin) == []
     understated = dict(plugin, epsilon=0.8 * record["epsilon"])
-    understated["run_id"] = verify.content_id(understated)
+    understated["run_id"] = record_checks.content_id(understated)
     assert any("recomputed" in p for p in verify.check(understated))
 
 
