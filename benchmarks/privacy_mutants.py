@@ -462,7 +462,7 @@ MUTANTS = [
            first="tests/test_isolation.py::test_an_isolated_transform_that_is_not_finite_and_positive_is_refused"),
     Mutant("nonfinite-factor", "clipping", "an example whose norm is not finite keeps its clip factor (NaN: the "
            "release is NaN, a noise-free membership bit)", "dpbench/privacy/clipping.py",
-           "    return torch.where(norms.isfinite(), factors, 0.0)", "    return factors",
+           "    return torch.where(norms.isfinite() & factors.isfinite(), factors, 0.0)", "    return factors",
            first="tests/test_nonfinite.py"),
     Mutant("nonfinite-vmap-rows", "clipping", "the reference clipper multiplies a dropped example's non-finite "
            "gradient by its factor 0 (NaN)", "dpbench/privacy/clipping.py",

@@ -19,11 +19,11 @@ from dpbench.cli import main
 from dpbench.errors import PrivacyCheckFailed
 from dpbench.method import CountRelease
 from dpbench.privacy import accounting
-from dpbench.privacy.clipping import VmapClipper, clip_factors
+from dpbench.privacy.clipping import MIN_GAMMA, VmapClipper, check_gamma, clip_factors
 from dpbench.privacy.ghost import GhostClipper, make_clipper
 from dpbench.privacy.sampling import IndexedTensors, PoissonSampler
 from dpbench.run import engine, multiseed
-from dpbench.run.training import PrivateTraining
+from dpbench.run.training import COUNT_GRID, PrivateTraining
 from dpbench.spec import RunSpec, resolve_hyperparameters
 from dpbench.trust import record_checks, verify
 from tests.test_transcriptions import T, TinyLinear, as_matrix, assert_close
@@ -126,6 +126,29 @@ def test_autoclip_keeps_the_fast_clipping_path():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert isinstance(make_clipper(mlp, None), GhostClipper)
+
+
+def test_the_count_release_leaves_no_float_trace_of_the_count():
+    """The half-integer count plus a float32 noise value was exact in float64: subtracting each candidate count
+    (the others' known, one in or out) left a float32 value only for the true one in 8% of releases (hostile review
+    of the adaptive clipping, 26 November 2026). The release is rounded to a grid of 2⁻¹⁰, on which every candidate
+    leaves a float32 value."""
+    module, data, dataset, draws = module_for(QuantileClip, 1.0, 8.0, count_noise_std=6.4)
+    clipped_sum = module.clipper.clipped_sum
+    truth = []
+
+    def spying(task, x, y, max_norm, *args, **kwargs):
+        sums, norms = clipped_sum(task, x, y, max_norm, *args, **kwargs)
+        truth.append(float((norms <= max_norm).sum()) - len(norms) / 2)
+        return sums, norms
+
+    module.clipper.clipped_sum = spying
+    for index in batches(len(dataset), 8.0, 300):
+        x, y = dataset.__getitems__([index])[0]
+        _, count = module.release(x, y)
+        assert count.noisy_sum / COUNT_GRID == round(count.noisy_sum / COUNT_GRID)
+        for candidate in (truth[-1] - 0.5, truth[-1], truth[-1] + 0.5):
+            assert float(np.float32(count.noisy_sum - candidate)) == count.noisy_sum - candidate
 
 
 @pytest.mark.parametrize("clipper, rel", CLIPPERS, ids=["fast", "reference"])
@@ -408,6 +431,11 @@ def test_a_plugin_records_extra_releases_are_charged_by_verify(capsys, one_threa
     understated = dict(plugin, epsilon=0.8 * record["epsilon"])
     understated["run_id"] = record_checks.content_id(understated)
     assert any("recomputed" in p for p in verify.check(understated))
+    # A record naming a built-in method is checked as the built-in's whatever its "external" says (the registry
+    # refuses a plugin named like a built-in): dropping the count from an "external" quantile_clip record passed.
+    forged = {key: value for key, value in plugin.items() if key not in ("extra_releases", "combined_noise_multiplier")}
+    forged["run_id"] = record_checks.content_id(forged)
+    assert any("count of sensitivity 1/2" in p for p in verify.check(forged))
 
 
 # --- what the engine refuses ---------------------------------------------------------------------------------------
@@ -431,5 +459,58 @@ def test_batched_seeds_are_refused_and_the_runs_train_one_by_one(method, one_thr
     with pytest.raises(multiseed.NotBatchable, match="not batched"):
         multiseed.run_seeds(spec, [0, 1])
     records = multiseed.run_many([replace(spec, seed=0), replace(spec, seed=1)])
-    assert [r["clipping"] for r in records] == ["ghost", "ghost"] and "batched_seeds" not in records[0]
+    expected = "ghost-exact" if method == "autoclip" else "ghost"  # automatic scaling needs norms that cannot cancel
+    assert [r["clipping"] for r in records] == [expected, expected] and "batched_seeds" not in records[0]
     assert [r["metrics"] for r in records] == [engine.run(replace(spec, seed=s))["metrics"] for s in (0, 1)]
+
+
+class _SequenceSum(torch.nn.Module):
+    """A Linear over the tokens of each example, summed: its ghost norm Σ_{t,s} (a_t·a_s)(g_t·g_s) cancels in float32
+    where two tokens' inputs nearly cancel."""
+
+    def __init__(self, features: int):
+        super().__init__()
+        self.lin = torch.nn.Linear(features, 1, bias=False)
+        torch.nn.init.zeros_(self.lin.weight)
+
+    def forward(self, x):
+        return self.lin(x).sum((1, 2))
+
+
+class _SequenceTask:
+    def __init__(self, features: int):
+        self.model = _SequenceSum(features)
+
+    def __call__(self, x):
+        return self.model(x)
+
+    def per_example_loss(self, outputs, y):
+        return 0.5 * (outputs - y) ** 2
+
+
+def test_automatic_scaling_uses_norms_that_cannot_cancel():
+    """On the fast path a float32 ghost norm can round to 0 while the true norm is not: Abadi's min(1, C/‖g‖) then
+    still caps nothing above C only where the true norm is below C, but C/(‖g‖ + γ) scales the true gradient by up to
+    C/γ: one example added 12·C (hostile review of the adaptive clipping, 26 November 2026, inputs v and −v + e of two
+    tokens). Automatic clipping trains with the exact clipper (``ghost-exact``)."""
+    torch.manual_seed(0)
+    task, worst = _SequenceTask(16), 0.0
+    clipper = make_clipper(task.model, exact=True)
+    for _ in range(300):
+        v = torch.randn(16) * 300
+        x = torch.stack([v, -v + 0.02 * torch.randn(16)])[None]
+        sums, _ = clipper.clipped_sum(task, x, torch.ones(1), 1.0, gamma=0.01)
+        worst = max(worst, float(sums[0].double().norm()))
+    assert worst <= 1.0
+    planned = engine.plan(RunSpec(method="autoclip", task="breast_cancer", epsilon=1.0, progress_bar=False,
+                                  no_wandb=True, append_to_store=False))
+    assert planned.module().clipper.name == "ghost-exact"
+
+
+@pytest.mark.parametrize("gamma", [1e-30, 1e-50, 0.0, -1.0, float("nan")])
+def test_a_gamma_below_the_floor_is_refused(gamma):
+    """γ = 1e-30 let an example whose float32 norm underflowed to 0 add 1.7e6·C; γ = 1e-50 (0 in float32) made a
+    zero gradient's factor infinite and the release NaN."""
+    with pytest.raises(ValueError, match="at least"):
+        check_gamma(gamma)
+    assert check_gamma(MIN_GAMMA) == MIN_GAMMA

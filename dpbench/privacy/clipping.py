@@ -56,11 +56,20 @@ class PerExampleClipper(Protocol):
     ) -> tuple[list[torch.Tensor], torch.Tensor]: ...
 
 
+#: The smallest γ of automatic clipping. A float32 norm underflows to 0 for gradients below ~1e-19 per coordinate,
+#: where C/(0 + γ) scales the true gradient by C/γ: at γ ≥ 1e-6 such an example still adds far less than C, while
+#: γ = 1e-30 let one add 1.7e6·C and γ = 1e-50 (0 in float32) made a zero gradient's factor infinite (hostile review
+#: of the adaptive clipping, 26 November 2026). Bu et al. use γ = 0.01.
+MIN_GAMMA = 1e-6
+
+
 def check_gamma(gamma: float) -> float:
-    """γ of automatic clipping as a float, ValueError unless finite and positive (γ = 0 divides 0 by 0 for a zero
-    gradient; an infinite or NaN γ makes every factor 0 or NaN)."""
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not math.isfinite(gamma) or gamma <= 0:
-        raise ValueError(f"the automatic clipping's gamma must be a finite positive number, got {gamma!r}")
+    """γ of automatic clipping as a float, ValueError unless finite and at least :data:`MIN_GAMMA` (γ = 0 divides 0 by
+    0 for a zero gradient; an infinite or NaN γ makes every factor 0 or NaN)."""
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not math.isfinite(gamma) \
+            or gamma < MIN_GAMMA:
+        raise ValueError(f"the automatic clipping's gamma must be a finite number of at least {MIN_GAMMA}, "
+                         f"got {gamma!r}")
     return float(gamma)
 
 
@@ -86,7 +95,7 @@ def clip_factors(norms: torch.Tensor, max_norm: float | torch.Tensor, scale: flo
     else:
         ratio = max_norm / torch.maximum(norms, max_norm)
         factors = torch.where(torch.isinf(max_norm), 1.0, ratio) * scale  # C = inf: not clipped (a non-private run)
-    return torch.where(norms.isfinite(), factors, 0.0)
+    return torch.where(norms.isfinite() & factors.isfinite(), factors, 0.0)
 
 
 def keep_finite(tensors: list[torch.Tensor], examples: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
