@@ -506,8 +506,8 @@ MUTANTS = [
            "dpbench/privacy/ghost.py", " and not module.sparse and not exact:", " and not module.sparse:",
            first="tests/test_ghost.py::test_exact_norms_cannot_be_cancelled_by_the_parameters"),
     Mutant("isolated-not-exact", "isolation", "an isolated run clips with the cancellable ghost norms",
-           "dpbench/run/training.py", "make_clipper(task.model, self.current_transform(), exact=isolate)",
-           "make_clipper(task.model, self.current_transform(), exact=False)",
+           "dpbench/run/training.py", "exact=isolate or self.gamma is not None)",
+           "exact=self.gamma is not None)",
            first="tests/test_isolation.py::test_built_in_methods_compute_the_same_isolated"),
     Mutant("ghost-sum-into-noise", "clipping", "the fast clipper adds its per-token terms into the noise one by one "
            "(they can round the noise away)", "dpbench/privacy/ghost.py",
@@ -525,6 +525,22 @@ MUTANTS = [
            "included), not from the hashed bytes", "dpbench/registry.py",
            "    sys.meta_path.insert(0, _PinnedFinder({Path(path).parent for path in _PINNED}))", "",
            first="tests/test_isolation.py::test_an_isolated_plugin_imports_nothing_from_its_folder_but_the_hashed_files"),
+    Mutant("autoclip-not-exact", "clipping", "automatic clipping trains with the float32 ghost norms, which can cancel "
+           "to 0 (C/(0 + γ) then scales the true gradient)", "dpbench/run/training.py",
+           "exact=isolate or self.gamma is not None)", "exact=isolate)",
+           first="tests/test_adaptive_clipping.py::test_automatic_scaling_uses_norms_that_cannot_cancel"),
+    Mutant("gamma-floor", "clipping", "automatic clipping accepts any positive γ (1e-30: 1.7e6·C)",
+           "dpbench/privacy/clipping.py", "or gamma < MIN_GAMMA:", "or gamma <= 0:",
+           first="tests/test_adaptive_clipping.py::test_a_gamma_below_the_floor_is_refused"),
+    Mutant("count-off-grid", "count release", "the count release is the exact float64 sum of a half-integer and a "
+           "float32 noise value", "dpbench/run/training.py",
+           "round((below + noise) / COUNT_GRID) * COUNT_GRID", "below + noise",
+           first="tests/test_adaptive_clipping.py::test_the_count_release_leaves_no_float_trace_of_the_count"),
+    Mutant("verify-external-builtin", "verify", "verify trusts a record's 'external' flag for a method named like a "
+           "built-in", "dpbench/trust/plan_checks.py", '    return _builtin_methods().get(record["method"])',
+           '    return None if ((record.get("code") or {}).get("method") or {}).get("external", True) else '
+           '_builtin_methods().get(record["method"])',
+           first="tests/test_adaptive_clipping.py::test_a_plugin_records_extra_releases_are_charged_by_verify"),
     Mutant("nonfinite-data", "clipping", "training features that are not finite are accepted (the batched closed "
            "form does not zero a data row)", "dpbench/data/taskdata.py",
            "x.layout == torch.strided and not bool(x.isfinite().all()):", "False:",
@@ -540,8 +556,8 @@ MUTANTS = [
            first="tests/test_adaptive_clipping.py::test_count_noise_has_standard_deviation_sigma_b_and_mean_zero"),
     Mutant("clip-update-private", "count release", "the noise is drawn but the method's clip update gets the exact "
            "count (its next C_t is a function of non-public data)", "dpbench/run/training.py",
-           "return CountRelease(below + noise, self.expected_batch_size)",
-           "return CountRelease(below, self.expected_batch_size)",
+           "round((below + noise) / COUNT_GRID) * COUNT_GRID",
+           "round(below / COUNT_GRID) * COUNT_GRID",
            first="tests/test_adaptive_clipping.py::test_count_noise_has_standard_deviation_sigma_b_and_mean_zero"),
     Mutant("count-not-charged", "count release", "the ledger charges the gradient's σ alone, not the pair's "
            "combined noise multiplier", "dpbench/run/engine.py",
@@ -574,7 +590,7 @@ MUTANTS = [
            first="tests/test_adaptive_clipping.py::test_quantile_clip_equals_the_transcription_step_for_step"),
     Mutant("moving-clip-unchecked", "clipping", "a clip norm that is not finite and positive is used",
            "dpbench/run/training.py",
-           "        if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not 0 < clip < math.inf:",
+           "        if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not MIN_CLIP <= clip < math.inf:",
            "        if False:", first="tests/test_adaptive_clipping.py::test_a_clip_norm_that_is_not_finite_and_positive_is_refused"),
     Mutant("adaptive-batched", "batched seeds", "methods with automatic clipping, a moving C or a count release are "
            "batched", "dpbench/run/multiseed.py", "    if method.private and refusals.adaptive_features(method):",

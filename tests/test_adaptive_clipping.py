@@ -443,6 +443,8 @@ def test_a_plugin_records_extra_releases_are_charged_by_verify(capsys, one_threa
 def test_refusals(refused):
     assert "takes no clip" in refused("run", "--method", "autoclip", "--task", "digits", "--set", "clip=2")
     assert "gamma" in refused("run", "--method", "autoclip", "--task", "digits", "--set", "gamma=0")
+    assert "count_noise must be a number" in refused("run", "--method", "quantile_clip", "--task", "digits", "--set",
+                                                     "count_noise=none")
     assert "--isolate" in refused("run", "--method", "quantile_clip", "--task", "digits", "--isolate")
     assert "--isolate" in refused("run", "--method", "autoclip", "--task", "digits", "--isolate")
     assert "checkpoints" in refused("run", "--method", "quantile_clip", "--task", "digits", "--checkpoint-dir",

@@ -241,7 +241,10 @@ def plan(spec: RunSpec, calibrate: bool = True,
     # charged with the gradient as one Gaussian of noise multiplier combined_noise_multiplier(σ, extra).
     extra: tuple[tuple[float, float], ...] = ()
     if method.private and method.count_release:
-        count_std = method.count_noise_std(hp, sample_rate * n)
+        try:
+            count_std = method.count_noise_std(hp, sample_rate * n)
+        except ValueError as error:  # a bad ``--set count_noise=...``: one line, not a traceback
+            raise UsageError(f"{method.name}: {error}") from None
         if isinstance(count_std, bool) or not isinstance(count_std, (int, float)) or not 0 < count_std < math.inf:
             raise UsageError(f"{method.name}: the count release's noise std must be finite and positive, got "
                              f"{count_std!r}")
