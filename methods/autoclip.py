@@ -12,9 +12,10 @@ class AutoClip(DPSGD):
     sensitivity C and is charged exactly as DP-SGD's (no new accounting).
 
     The scaling is the engine's (``clipping = "automatic"``, ``dpbench.privacy.clipping.clip_factors``), computed from
-    the per-example norms the fast clipper (ghost norms, ``dpbench/privacy/ghost.py``) already computes: it keeps the
-    fast path wherever DP-SGD has it, and the method never sees a norm. It is not a ``per_example_transform``, which
-    would materialize every per-example gradient.
+    the per-example norms the fast clipper (``dpbench/privacy/ghost.py``) already computes, in its exact mode (norms
+    that cannot cancel: C/(‖g‖ + γ) scales up an underestimated norm, where min(1, C/‖g‖) only fails to clip), and the
+    method never sees a norm. It is not a ``per_example_transform``, which would materialize every per-example
+    gradient of every layer.
 
     Readings taken:
 
