@@ -213,7 +213,8 @@ def quantile_clip(model: LinearModel, batches: Iterable[np.ndarray], noises: Ite
         total, _ = clipped_sum(gradients, c_t)
         norms = np.sqrt((gradients.reshape(len(index), -1) ** 2).sum(axis=1))
         state.w = state.w - lr * (total + sigma * c_t * z) / big_b
-        state.count = float((norms <= c_t).sum() - len(index) / 2 + count_std * z_b)
+        # the release on dpbench's grid of 2⁻¹⁰ (rounding is post-processing; dpbench/run/training.py says why)
+        state.count = round(float((norms <= c_t).sum() - len(index) / 2 + count_std * z_b) / 2.0**-10) * 2.0**-10
         state.unclipped = state.count / big_b + 0.5
         state.clip = c_t * np.exp(-clip_lr * (state.unclipped - target_quantile))
         state.step += 1
