@@ -89,7 +89,9 @@ def _load_file(path: Path) -> ModuleType:
     its classes' source files can be found and hashed for the record's ``code``); imported again only when its
     bytes changed, so that a sweep does not import it once per run."""
     path = path.resolve()
-    return _import_source(path, _PINNED[str(path)] if _PINNED is not None else path.read_bytes())
+    module = _import_source(path, _PINNED[str(path)] if _PINNED is not None else path.read_bytes())
+    sys.modules[module.__name__] = module  # the name's current bytes (a failed import of others unregistered it)
+    return module
 
 
 @functools.lru_cache(maxsize=None)
