@@ -487,10 +487,10 @@ MUTANTS = [
     Mutant("isolation-unpinned", "isolation", "the isolated process reads the plugin files again after the parent "
            "hashed them", "dpbench/run/isolation.py", "        registry.pin_sources(sources)\n        method_class",
            "        method_class", first="tests/test_isolation.py::test_an_isolated_process_runs_the_bytes_the_parent_hashed"),
-    Mutant("audit-key-isolation", "audit", "an audit of a plugin in process marks its isolated runs (and the reverse)",
+    Mutant("audit-key-isolation", "audit", "a pass of a plugin in process marks its isolated runs (and the reverse)",
            "dpbench/trust/audit.py",
-           'key = (record["code"]["method"]["sha256"], record["task"], record.get("isolation") or "in-process")',
-           'key = (record["code"]["method"]["sha256"], record["task"], "in-process")',
+           'key = (code, task, record.get("isolation") or "in-process")',
+           'key = (code, task, "in-process")',
            first="tests/test_audit.py::test_audit_status_and_the_board_mark"),
     Mutant("audit-canaries-public", "audit", "an isolated audit draws its canaries from the public seed",
            "dpbench/trust/audit.py", "streams.secret_seed() if spec.isolate else spec.seed", "spec.seed",

@@ -266,11 +266,12 @@ def test_audit_status_and_the_board_mark():
                fake_audit("e", "digits", True, isolation="process", coins="seed")]
     status = audit.audit_status(records)
     assert status == {("a", "digits", "in-process"): "passed", ("a", "adult", "in-process"): "failed",
-                      ("d", "digits", "process"): "passed"}
+                      ("a", "adult", "process"): "failed", ("d", "digits", "process"): "passed"}
     run = {"task": "digits", "code": {"method": {"sha256": "a", "external": True}}}
     # an in-process plugin is never more than unverified, whatever its audit; the audit is shown as evidence
     assert audit.board_mark(run, status) == "unverified: in-process plugin, audit passed"
-    # an audit run in process says nothing of the isolated runs, nor the reverse
+    # a pass in process says nothing of the isolated runs, nor the reverse; a failure marks the code either way
+    assert audit.board_mark({**run, "task": "adult", "isolation": "process"}, status) == "isolated, audit failed"
     assert audit.board_mark({**run, "isolation": "process"}, status) == "isolated, unaudited"
     isolated = {**run, "code": {"method": {"sha256": "d", "external": True}}}
     assert audit.board_mark({**isolated, "isolation": "process"}, status) == "isolated, audit passed"
@@ -375,14 +376,15 @@ def test_too_few_canaries_for_the_smallest_guess():
 
 def test_a_failed_audit_wins_over_a_later_pass():
     status = audit.audit_status([fake_audit("a", "digits", False), fake_audit("a", "digits", True)])
-    assert status == {("a", "digits", "in-process"): "failed"}
+    assert status == {("a", "digits", "in-process"): "failed", ("a", "digits", "process"): "failed"}
 
 
 def test_a_pass_with_canaries_a_plugin_could_see_does_not_count():
     """Issue 31: an audit of the design before (no ``canary_design``: canaries on input columns of their own, which
     the evader saw) passed plugins that cheat otherwise; its failures still count."""
     assert audit.audit_status([fake_audit("a", "digits", True, design=None)]) == {}
-    assert audit.audit_status([fake_audit("a", "digits", False, design=None)]) == {("a", "digits", "in-process"): "failed"}
+    assert audit.audit_status([fake_audit("a", "digits", False, design=None)]) == {
+        ("a", "digits", "in-process"): "failed", ("a", "digits", "process"): "failed"}
 
 
 def test_a_black_box_pass_alone_does_not_count():

@@ -203,9 +203,10 @@ def audit_status(all_records: list[dict[str, Any]]) -> dict[tuple[str, str, str]
     The rule for the board: a cell of an external plugin (``record["code"]["method"]["external"]``) is
     "unaudited" unless a white-box audit of the current ledger version and canary design (:data:`CANARY_DESIGN`),
     of the same method code hash, on the same task, run the same way (in process, or isolated: ``isolation``),
-    passed; a failed audit of that code and task run that way (any threat model or design, current ledger version)
-    marks it "failed", whatever passed. (An audit of a plugin in process says nothing of how it behaves isolated,
-    where it cannot reach the data and sees other coins, nor the reverse.) Only white-box passes count: a
+    passed; a failed audit of that code and task, run either way (any threat model or design, current ledger
+    version), marks it "failed", whatever passed. (A pass of a plugin in process says nothing of how it behaves
+    isolated, where it cannot reach the data and sees other coins, nor the reverse; a failure is evidence against
+    the code.) Only white-box passes count: a
     black-box pass is weak evidence. An audit covers the code it ran and its hyperparameters; a plugin that behaves
     otherwise under other settings is not caught.
     """
@@ -213,9 +214,10 @@ def audit_status(all_records: list[dict[str, Any]]) -> dict[tuple[str, str, str]
     for record in all_records:
         if record.get("kind") != "audit" or record.get("ledger_version") != records.LEDGER_VERSION:
             continue
-        key = (record["code"]["method"]["sha256"], record["task"], record.get("isolation") or "in-process")
-        if not record["passed"]:
-            status[key] = "failed"
+        code, task = record["code"]["method"]["sha256"], record["task"]
+        key = (code, task, record.get("isolation") or "in-process")
+        if not record["passed"]:  # evidence against the code, however it ran
+            status.update({(code, task, isolation): "failed" for isolation in ("in-process", "process")})
         elif _current_white_box(record) and status.get(key) != "failed":
             status[key] = "passed"
     return status
