@@ -466,7 +466,7 @@ MUTANTS = [
            first="tests/test_nonfinite.py"),
     Mutant("nonfinite-vmap-rows", "clipping", "the reference clipper multiplies a dropped example's non-finite "
            "gradient by its factor 0 (NaN)", "dpbench/privacy/clipping.py",
-           "        grads = [torch.where(kept.view(-1, *[1] * (g.dim() - 1)), g, 0.0) for g in grads]", "",
+           "        grads = zero_rows(grads, norms.isfinite())\n", "",
            first="tests/test_nonfinite.py"),
     Mutant("nonfinite-ghost-rows", "clipping", "the fast clipper leaves a dropped example's non-finite rows in the "
            "sum (factor 0 times inf: NaN)", "dpbench/privacy/ghost.py", "            if not bool(kept.all()):",

@@ -134,15 +134,7 @@ def test_the_count_release_leaves_no_float_trace_of_the_count():
     of the adaptive clipping, 26 November 2026). The release is rounded to a grid of 2⁻¹⁰, on which every candidate
     leaves a float32 value."""
     module, data, dataset, draws = module_for(QuantileClip, 1.0, 8.0, count_noise_std=6.4)
-    clipped_sum = module.clipper.clipped_sum
-    truth = []
-
-    def spying(task, x, y, max_norm, *args, **kwargs):
-        sums, norms = clipped_sum(task, x, y, max_norm, *args, **kwargs)
-        truth.append(float((norms <= max_norm).sum()) - len(norms) / 2)
-        return sums, norms
-
-    module.clipper.clipped_sum = spying
+    truth = _true_counts(module)
     for index in batches(len(dataset), 8.0, 300):
         x, y = dataset.__getitems__([index])[0]
         _, count = module.release(x, y)
@@ -195,14 +187,10 @@ def test_count_release_by_hand(clipper):
     assert count.noisy_sum == 0.0
 
 
-def test_count_noise_has_standard_deviation_sigma_b_and_mean_zero():
-    """The count handed to the method minus the true centred count (from the norms the clipper returned, which the
-    test reads by wrapping it) is N(0, σ_b²): over 600 releases its standard deviation is within 12% of σ_b
-    (a 5-sigma band) and its mean within 5 standard errors of 0."""
-    sigma_b = 0.8
-    module, data, dataset, draws = module_for(QuantileClip, 1.0, 8.0, count_noise_std=sigma_b)
-    clipped_sum = module.clipper.clipped_sum
-    truth = []
+def _true_counts(module) -> list[float]:
+    """The list into which each release's true centred count Σ(1[‖g_i‖ ≤ C] − ½) goes, read from the norms the
+    module's clipper returns (wrapped here; the method never sees them)."""
+    clipped_sum, truth = module.clipper.clipped_sum, []
 
     def spying(task, x, y, max_norm, *args, **kwargs):
         sums, norms = clipped_sum(task, x, y, max_norm, *args, **kwargs)
@@ -210,6 +198,16 @@ def test_count_noise_has_standard_deviation_sigma_b_and_mean_zero():
         return sums, norms
 
     module.clipper.clipped_sum = spying
+    return truth
+
+
+def test_count_noise_has_standard_deviation_sigma_b_and_mean_zero():
+    """The count handed to the method minus the true centred count (from the norms the clipper returned, which the
+    test reads by wrapping it) is N(0, σ_b²): over 600 releases its standard deviation is within 12% of σ_b
+    (a 5-sigma band) and its mean within 5 standard errors of 0."""
+    sigma_b = 0.8
+    module, data, dataset, draws = module_for(QuantileClip, 1.0, 8.0, count_noise_std=sigma_b)
+    truth = _true_counts(module)
     residuals = []
     for index in batches(len(dataset), 8.0, 600):
         x, y = dataset.__getitems__([index])[0]

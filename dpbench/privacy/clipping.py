@@ -147,8 +147,7 @@ class VmapClipper:
             grads = transform(grads)
         norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads))
         factors = clip_factors(norms, max_norm, scale, gamma)  # 0 where a norm is not finite; then its rows are zeroed
-        kept = norms.isfinite()
-        grads = [torch.where(kept.view(-1, *[1] * (g.dim() - 1)), g, 0.0) for g in grads]
+        grads = zero_rows(grads, norms.isfinite())
         for total, g in zip(sums, grads):
             total.add_(torch.einsum("b,b...->...", factors, g))
         return sums, norms
