@@ -365,3 +365,15 @@ def test_a_step_whose_transforms_the_closed_form_does_not_cover_is_refused(metho
     with pytest.raises(multiseed.NotBatchable, match=message):
         multiseed._releases(modules, examples, data.x_train.square().sum(1) + 1, [torch.arange(8)] * 2,
                             torch.ones(2), torch.full((2,), 1 / 64))
+
+
+def test_a_refused_run_among_many_keeps_its_reason():
+    """A refused spec's record is None and its UsageError is kept: a tuning trial refused in a batch of studies
+    failed with "the engine refused the trial's settings" and no word of why (test_sweep's random-stopping cell)."""
+    good = RunSpec(method="output_perturbation", task="breast_cancer", epsilon=1.0, seed=0, progress_bar=False,
+                   no_wandb=True, append_to_store=False)
+    bad = replace(good, overrides={"lr": 1.0, "input_norm": 10.0})  # η > 2/β = 0.08
+    refusals = {}
+    records = multiseed.run_many([good, bad], refusals=refusals)
+    assert records[0] is not None and records[1] is None
+    assert list(refusals) == [1] and "the convex variant's bound needs 0 < lr ≤ 2/β = 0.08" in str(refusals[1])

@@ -354,17 +354,21 @@ def _groups(indices: list[int], rows_per_step: list[float]) -> list[list[int]]:
     return groups
 
 
-def run_many(specs: list[RunSpec], on_done: Callable[[int], None] | None = None) -> list[dict[str, Any] | None]:
+def run_many(specs: list[RunSpec], on_done: Callable[[int], None] | None = None,
+             refusals: dict[int, UsageError] | None = None) -> list[dict[str, Any] | None]:
     """Every spec's record: those :func:`run_batch` can take trained together, the rest one by one with
-    ``engine.run``; None for a spec the engine refuses (a ``UsageError``, which depends only on its settings)."""
+    ``engine.run``; None for a spec the engine refuses (a ``UsageError``, which depends only on its settings), whose
+    error goes to ``refusals[index]`` when a dict is given."""
     results: list[dict[str, Any] | None] = [None] * len(specs)
+    refusals = {} if refusals is None else refusals
     accepted, rows_per_step = [], []
     for index, spec in enumerate(specs):
         try:
             described = engine.describe_record(spec)
             accepted.append(index)
             rows_per_step.append((described.get("sample_rate") or 1.0) * (described.get("n_train") or 0))
-        except UsageError:
+        except UsageError as error:
+            refusals[index] = error
             if on_done:
                 on_done(1)
     unbatched = []
@@ -379,8 +383,8 @@ def run_many(specs: list[RunSpec], on_done: Callable[[int], None] | None = None)
     for index in unbatched:
         try:
             results[index] = engine.run(specs[index])
-        except UsageError:
-            results[index] = None
+        except UsageError as error:
+            refusals[index] = error
         if on_done:
             on_done(1)
     return results

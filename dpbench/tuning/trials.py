@@ -136,7 +136,9 @@ def _run_together(claimed: list[tuple[Plan, optuna.Study, tuple[int, int]]],
         specs = [_trial_run_spec(plan_, params, number, study_secret(study))
                  for plan_, study, _, number, params in begun]
         try:
-            outcomes = [(record, None) for record in multiseed.run_many(specs)]
+            refused: dict[int, UsageError] = {}
+            outcomes = [(record, refused.get(index)) for index, record in
+                        enumerate(multiseed.run_many(specs, refusals=refused))]
         except Exception:  # one trial's failure must not fail the others: run them one by one
             outcomes = []
             for spec in specs:
