@@ -251,11 +251,11 @@ def test_noise_divided_by_10_moves_the_bound_but_is_not_caught(mirror, noise_div
 # --- the board's rule -----------------------------------------------------------------------------------------
 
 def fake_audit(sha, task, passed, threat_model="white-box", ledger_version=audit.records.LEDGER_VERSION,
-               design=audit.CANARY_DESIGN, isolation="in-process", coins=None):
+               design=audit.CANARY_DESIGN, isolation="in-process", coins=None, hyperparameters=None):
     return {"kind": "audit", "task": task, "passed": passed, "threat_model": threat_model,
             "ledger_version": ledger_version, "canary_design": design, "isolation": isolation,
             "canary_coins": coins or ("secret" if isolation == "process" else "seed"),
-            "code": {"method": {"sha256": sha, "external": True}}}
+            "hyperparameters": hyperparameters or {"lr": 1.0}, "code": {"method": {"sha256": sha, "external": True}}}
 
 
 def test_audit_status_and_the_board_mark():
@@ -265,9 +265,10 @@ def test_audit_status_and_the_board_mark():
                # an isolated audit with canaries from the public seed (the design before 26 November 2026)
                fake_audit("e", "digits", True, isolation="process", coins="seed")]
     status = audit.audit_status(records)
-    assert status == {("a", "digits", "in-process"): "passed", ("a", "adult", "in-process"): "failed",
-                      ("a", "adult", "process"): "failed", ("d", "digits", "process"): "passed"}
-    run = {"task": "digits", "code": {"method": {"sha256": "a", "external": True}}}
+    assert status.failed == {("a", "adult", "in-process"), ("a", "adult", "process")}
+    assert status.passed == {("a", "digits", "in-process"): {'{"lr": 1.0}'}, ("a", "adult", "in-process"): {'{"lr": 1.0}'},
+                             ("d", "digits", "process"): {'{"lr": 1.0}'}}
+    run = {"task": "digits", "code": {"method": {"sha256": "a", "external": True}}, "hyperparameters": {"lr": 1.0}}
     # an in-process plugin is never more than unverified, whatever its audit; the audit is shown as evidence
     assert audit.board_mark(run, status) == "unverified: in-process plugin, audit passed"
     # a pass in process says nothing of the isolated runs, nor the reverse; a failure marks the code either way
@@ -280,6 +281,21 @@ def test_audit_status_and_the_board_mark():
     assert audit.board_mark({**run, "code": {"method": {"sha256": "b", "external": True}}}, status) == \
         "unverified: in-process plugin, unaudited"
     assert audit.board_mark({**run, "code": {"method": {"sha256": "a", "external": False}}}, status) is None
+
+
+def test_an_audit_passed_at_other_hyperparameters_is_shown_as_such():
+    """A plugin can behave honestly at the audited settings and otherwise elsewhere: a pass is evidence for runs of
+    the hyperparameters it ran with (the review of 26 November 2026 found "audit passed" on cells of other ones)."""
+    status = audit.audit_status([fake_audit("a", "digits", True, hyperparameters={"lr": 1.0, "epochs": 3})])
+    run = {"task": "digits", "code": {"method": {"sha256": "a", "external": True}},
+           "hyperparameters": {"lr": 1.0, "epochs": 3}}
+    assert audit.board_mark(run, status) == "unverified: in-process plugin, audit passed"
+    assert audit.board_mark({**run, "hyperparameters": {"lr": 1.0, "epochs": 4}}, status) == \
+        "unverified: in-process plugin, audit passed at other hyperparameters"
+    # a row (tuned: its seeds selected different settings) is "passed" only if every run's settings were audited
+    assert status.of(("a", "digits", "in-process"), [{"epochs": 3, "lr": 1.0}, {"lr": 2.0, "epochs": 3}]) == \
+        "passed at other hyperparameters"
+    assert status.of(("a", "digits", "in-process"), [{"epochs": 3, "lr": 1.0}]) == "passed"
 
 
 def test_a_cheating_plugin_stays_unaudited_until_audited_and_then_fails(mirror, capsys):

@@ -44,7 +44,7 @@ from scipy import stats
 
 from dpbench.board.published import PUBLISHED, PublishedResult
 from dpbench.errors import UsageError
-from dpbench.trust.marks import plugin_mark
+from dpbench.trust.marks import AuditEvidence, plugin_mark
 
 NOT_PRIVATE_TUNING = "tuning not private"
 TRACK_ORDER = ("validation", "random-stopping", "adaptive", "none", "oracle")
@@ -224,9 +224,8 @@ class Table:
     neighbouring: str | None = None  # of every private run in the table: ε under other relations is not comparable
     cells: dict[tuple[Row, Column], Cell] = field(default_factory=dict)
     published: list[PublishedResult] = field(default_factory=list)
-    #: {(method code sha256, task, isolation): "passed" | "failed"} from audit records
-    #: (``dpbench.trust.audit.audit_status``)
-    audits: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    #: the audits of external plugins (``dpbench.trust.audit.audit_status``)
+    audits: AuditEvidence = field(default_factory=AuditEvidence)
 
     @property
     def direction(self) -> str | None:
@@ -307,7 +306,8 @@ class Table:
                 shown = [f"{key}={setting.get(key, '—')}" for key in differing]
                 if len(codes) > 1:  # the same method name, different code (an edited plugin)
                     shown.append(f"code {row.code[:8]}")
-                audit = self.audits.get((row.code, self.task, row.isolation or "in-process"), "unaudited")
+                audit = self.audits.of((row.code, self.task, row.isolation or "in-process"),
+                                       [run["hyperparameters"] for run in self.runs if row_of(run) == row])
                 name = f"{row.method} [external plugin, {plugin_mark(row.isolation, audit)}]" \
                     if row.external else row.method
                 labels[row] = f"{name} ({', '.join(shown)})" if shown else name
@@ -342,7 +342,7 @@ def published_column(entry: PublishedResult) -> Column:
 
 
 def build_tables(records: list[dict[str, Any]], published: list[PublishedResult] = PUBLISHED,
-                 audits: dict[tuple[str, str, str], str] | None = None) -> list[Table]:
+                 audits: AuditEvidence | None = None) -> list[Table]:
     """Group records into tables (see the module docstring) and attach the published figures of their tasks and
     the audits of external plugins."""
     private: dict[tuple, Table] = {}
@@ -369,7 +369,7 @@ def build_tables(records: list[dict[str, Any]], published: list[PublishedResult]
             table.cells.update(cells)  # the same Cell objects: one group, shown in several tables
     for table in tables:
         table.published = [entry for entry in published if (entry.task, entry.metric) == (table.task, table.metric)]
-        table.audits = audits or {}
+        table.audits = audits or AuditEvidence()
     return sorted(tables, key=lambda t: (t.task, t.data_id, t.metric, t.delta is None, t.delta or 0.0,
                                          t.neighbouring or ""))
 

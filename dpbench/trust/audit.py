@@ -47,7 +47,7 @@ from dpbench.run import engine, isolation
 from dpbench.spec import RunSpec
 from dpbench.task import Task
 from dpbench.trust.canaries import OBSERVERS, Canaries
-from dpbench.trust.marks import plugin_mark
+from dpbench.trust.marks import AuditEvidence, plugin_mark, settings_key
 
 assert tuple(OBSERVERS) == THREAT_MODELS
 CONFIDENCE = 0.95
@@ -197,41 +197,40 @@ def _current_white_box(record: dict[str, Any]) -> bool:
             and (record.get("isolation") != "process" or record.get("canary_coins") == "secret"))
 
 
-def audit_status(all_records: list[dict[str, Any]]) -> dict[tuple[str, str, str], str]:
-    """{(method code sha256, task, isolation): "passed" | "failed"} over the audit records among ``all_records``.
+def audit_status(all_records: list[dict[str, Any]]) -> AuditEvidence:
+    """The audit records among ``all_records``, as evidence for the board (:class:`~dpbench.trust.marks.AuditEvidence`).
 
     The rule for the board: a cell of an external plugin (``record["code"]["method"]["external"]``) is
     "unaudited" unless a white-box audit of the current ledger version and canary design (:data:`CANARY_DESIGN`),
     of the same method code hash, on the same task, run the same way (in process, or isolated: ``isolation``),
-    passed; a failed audit of that code and task, run either way (any threat model or design, current ledger
-    version), marks it "failed", whatever passed. (A pass of a plugin in process says nothing of how it behaves
-    isolated, where it cannot reach the data and sees other coins, nor the reverse; a failure is evidence against
-    the code.) Only white-box passes count: a
-    black-box pass is weak evidence. An audit covers the code it ran and its hyperparameters; a plugin that behaves
-    otherwise under other settings is not caught.
+    passed; "passed" only where it ran at the cell's hyperparameters, else "passed at other hyperparameters"; a
+    failed audit of that code and task, run either way (any threat model or design, current ledger version), marks
+    it "failed", whatever passed. (A pass of a plugin in process says nothing of how it behaves isolated, where it
+    cannot reach the data and sees other coins, nor the reverse, nor of other settings; a failure is evidence
+    against the code.) Only white-box passes count: a black-box pass is weak evidence.
     """
-    status: dict[tuple[str, str], str] = {}
+    evidence = AuditEvidence()
     for record in all_records:
         if record.get("kind") != "audit" or record.get("ledger_version") != records.LEDGER_VERSION:
             continue
         code, task = record["code"]["method"]["sha256"], record["task"]
-        key = (code, task, record.get("isolation") or "in-process")
         if not record["passed"]:  # evidence against the code, however it ran
-            status.update({(code, task, isolation): "failed" for isolation in ("in-process", "process")})
-        elif _current_white_box(record) and status.get(key) != "failed":
-            status[key] = "passed"
-    return status
+            evidence.failed.update((code, task, isolation) for isolation in ("in-process", "process"))
+        elif _current_white_box(record):
+            key = (code, task, record.get("isolation") or "in-process")
+            evidence.passed.setdefault(key, set()).add(settings_key(record["hyperparameters"]))
+    return evidence
 
 
-def board_mark(run: dict[str, Any], status: dict[tuple[str, str, str], str]) -> str | None:
+def board_mark(run: dict[str, Any], evidence: AuditEvidence) -> str | None:
     """What the board shows for a run's cell: None for a built-in method, else
-    :func:`~dpbench.trust.marks.plugin_mark` of its isolation and its audit status ("passed", "failed",
-    "unaudited"), the audit being evidence, never a certificate."""
+    :func:`~dpbench.trust.marks.plugin_mark` of its isolation and its audit status ("passed", "passed at other
+    hyperparameters", "failed", "unaudited"), the audit being evidence, never a certificate."""
     code = run.get("code", {}).get("method", {})
     if not code.get("external"):
         return None
     isolation = run.get("isolation") or "in-process"
-    return plugin_mark(isolation, status.get((code["sha256"], run["task"], isolation), "unaudited"))
+    return plugin_mark(isolation, evidence.of((code["sha256"], run["task"], isolation), [run["hyperparameters"]]))
 
 
 def summary(record: dict[str, Any]) -> str:
