@@ -179,10 +179,14 @@ class Cell:
         """An accuracy: its interval stays in [0, 1]."""
         return "accuracy" in self.metric and all(0 <= value <= 1 for value in self.values)
 
+    def _shared(self, key: str) -> Any:
+        """The runs' common value of a field that the stored-record check does not cover, else None."""
+        values = [run.get(key) for run in self.runs]
+        return values[0] if all(value == values[0] for value in values) else None
+
     @property
     def n_test(self) -> int | None:
-        sizes = {run.get("n_test") for run in self.runs}
-        size = sizes.pop() if len(sizes) == 1 else None
+        size = self._shared("n_test")
         return size if isinstance(size, int) and not isinstance(size, bool) and 0 < size < 2**53 else None
 
     @property
@@ -196,8 +200,7 @@ class Cell:
 
     @property
     def majority_rate(self) -> float | None:
-        rates = {run.get("test_majority_rate") for run in self.runs}
-        rate = rates.pop() if len(rates) == 1 else None
+        rate = self._shared("test_majority_rate")
         return float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0 <= rate <= 1 \
             else None
 
