@@ -143,28 +143,33 @@ def row_of(text, method, section):
     """The markdown row of ``method`` in the track section ``section`` ("### none", ...)."""
     lines = text.splitlines()
     start = lines.index(section)
-    return next(line for line in lines[start:] if line.split(" | ")[1:2] == [method])
+    return next(line for line in lines[start:] if line.startswith(f"| {method} |"))
 
 
-def test_markdown_ranks_rows_within_each_track_with_confidence_intervals(capsys):
+def test_markdown_lists_rows_within_each_track_with_intervals_and_each_columns_winner(capsys):
     for seed, (a, b) in enumerate([(0.80, 0.70), (0.82, 0.71), (0.81, 0.69), (0.80, 0.70), (0.82, 0.72)]):
         add_run(a, seed=seed)
         add_run(b, method="dpgd", seed=seed)
     add_run(0.6, method="dpgd", epsilon_target=0.5, epsilon=0.5)
-    add_run(0.99, method="adaclip", tuning={"mode": "oracle"})  # another track: ranked on its own
+    add_run(0.99, method="adaclip", tuning={"mode": "oracle"})  # another track: compared on its own
     text = markdown(capsys)
     assert "## digits · data digits · δ = 1e-06 (1/n², n = 1,000) · ε under add-remove neighbours" in text
     assert "Contents:" in text and "### none" in text and "### oracle (tuning not private)" in text
-    assert "| rank | method | sampler | accountant | ε = 0.5 | ε = 1 |" in text.splitlines()
+    assert "| method | sampler | accountant | ε = 0.5 | ε = 1 |" in text.splitlines()
+    assert "Welch t-tests" in text and "Holm-corrected" in text and "empirical-logit" in text  # the caption
     dpsgd = row_of(text, "dpsgd", "### none")
-    # mean 0.81, sd 0.01, 95% CI half-width t(0.975, 4)·0.01/√5 = 0.0124; beats DP-GD (Welch p < 0.05): ▲
-    assert dpsgd.startswith("| 1 (1.0) | dpsgd |") and "▲ 0.81 ± 0.012 (n = 5)" in dpsgd
+    # mean 0.81 over 5 seeds on 200 test examples: Student's t on the empirical logits, mapped back; beats DP-GD
+    # (one-sided Welch, Holm over the one comparison): ▲
+    assert "▲ 0.81 [0.7974, 0.8223] (n = 5)" in dpsgd
     dpgd = row_of(text, "dpgd", "### none")
-    assert dpgd.startswith("| 2 (1.5) | dpgd |") and "| 0.6 (n = 1) |" in dpgd and "▲" not in dpgd.split("|")[6]
+    assert "| 0.6 (n = 1) |" in dpgd and "▲" not in dpgd.split("|")[5]
+    lines = text.splitlines()
+    assert lines[lines.index(dpsgd) - 1] == dpgd  # rows by method, not ranked; then each column's answer
+    assert lines[lines.index(dpsgd) + 1] == "| *winner (▲) or not significantly below the best (≈)* |  |  |  | ▲ dpsgd |"
     assert "0.99 (n = 1)" in row_of(text, "adaclip", "### oracle (tuning not private)")
 
 
-def test_leaders_not_significantly_apart_are_marked_tied_and_collapsed_cells_flagged(capsys):
+def test_leaders_not_significantly_apart_are_marked_tied_and_trivial_cells_greyed(capsys):
     for seed, (a, b) in enumerate([(0.80, 0.79), (0.82, 0.83), (0.81, 0.80)]):
         add_run(a, seed=seed, test_majority_rate=0.6)
         add_run(b, method="dpgd", seed=seed, test_majority_rate=0.6)
@@ -172,9 +177,11 @@ def test_leaders_not_significantly_apart_are_marked_tied_and_collapsed_cells_fla
     text = markdown(capsys)
     assert "≈ 0.81" in row_of(text, "dpsgd", "### none") and "≈ 0.8067" in row_of(text, "dpgd", "### none")
     adaclip = row_of(text, "adaclip", "### none")
-    assert "⚠ 0.6" in adaclip and "≈" not in adaclip and "▲" not in adaclip
+    assert "*0.6 [0.6, 0.6] (n = 3, not above trivial)*" in adaclip and "≈" not in adaclip and "▲" not in adaclip
+    assert "| ≈ dpgd, dpsgd |" in text
     rows = {row["method"]: row for row in csv.DictReader(io.StringIO(leaderboard.render(store.load(), "csv")))}
-    assert rows["adaclip"]["collapsed"] == "True" and rows["dpsgd"]["leader"] == "tied"
+    assert rows["adaclip"]["not_above_trivial"] == "True" and rows["adaclip"]["p_above_trivial"] == "1.0"
+    assert rows["dpsgd"]["leader"] == "tied" and float(rows["dpgd"]["p_below_best_holm"]) > 0.05
     assert float(rows["dpsgd"]["ci95_low"]) < 0.81 < float(rows["dpsgd"]["ci95_high"])
 
 
@@ -187,23 +194,24 @@ def test_lower_is_better_for_an_error_metric_and_rows_split_by_hyperparameters(c
     text = markdown(capsys)
     assert "Metric: test_squared_error (lower is better)" in text
     assert "ε ≈ 3.1e+06 (spent)" in text
-    assert "| 1 (1.0) | adaclip (lr=0.01) | poisson | pld | 0.01 (n = 1) |" in text.splitlines()
-    assert "| 2 (2.0) | adaclip (lr=0.1) | poisson | pld | 0.2 (n = 1) |" in text.splitlines()
-    assert "| 3 (3.0) | dpsgd | poisson | pld | 0.3 (n = 1) |" in text.splitlines()
+    lines = text.splitlines()
+    start = lines.index("| adaclip (lr=0.01) | poisson | pld | 0.01 (n = 1) |")
+    assert lines[start + 1:start + 3] == ["| adaclip (lr=0.1) | poisson | pld | 0.2 (n = 1) |",
+                                          "| dpsgd | poisson | pld | 0.3 (n = 1) |"]
 
 
 def test_published_figures_are_separate_rows_never_ranked(capsys):
     add_run(0.5, task="mnist_logreg", data_id="mnist-5k-train", n_train=4000, delta=1 / 4000**2)
     text = markdown(capsys)
     lines = text.splitlines()
-    assert "| 1 (1.0) | dpsgd | poisson | pld |  |  |  | 0.5 (n = 1) |  |  |" in lines
-    published = [line for line in lines if line.startswith("|  | *published:")]
+    assert "| dpsgd | poisson | pld |  |  |  | 0.5 (n = 1) |  |  |" in lines
+    published = [line for line in lines if line.startswith("| *published:")]
     yu_dpsgd = next(line for line in published if "DP-SGD → dpsgd (Yu et al., Table 2" in line)
     assert "not this table's data (mnist-5k-train)" in yu_dpsgd and "δ = 1/n²" in yu_dpsgd
     assert "*0.875*" in yu_dpsgd and "▲" not in "".join(published)
     adaclip = next(line for line in published if "AdaCliP → adaclip (AdaCliP, Table 1" in line)
     assert "*0.8537 ± 0.0019*" in adaclip and "δ = 1e-5" in adaclip
-    header = "| rank | method | sampler | accountant | ε = 0.1 | ε = 0.25 | ε = 0.5 | ε = 1 | ε = 2 | non-private |"
+    header = "| method | sampler | accountant | ε = 0.1 | ε = 0.25 | ε = 0.5 | ε = 1 | ε = 2 | non-private |"
     assert header in lines
     assert "## Published figures without runs here" in text and "CIFAR-10 · DP-Adam → dpadam_bc" in text
 
@@ -244,16 +252,16 @@ def test_html_page_renders_tables_and_plots_in_chromium(tmp_path):
     profile = ["--user-data-dir=" + str(tmp_path / "chromium-profile")]
     dom = subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, *profile, "--dump-dom", page.as_uri()], capture_output=True,
                          text=True, timeout=180, check=True).stdout
-    # Contents linking every table, one ranked sub-table per track, confidence intervals, marks, methods, plots.
+    # Contents linking every table, one sub-table per track, intervals, marks, methods, plots.
     assert '<nav class="contents">' in dom and dom.count('<a href="#digits-digits-add-remove-1e-06">') == 1
     assert '<table class="leaderboard" data-track="none">' in dom and 'data-track="validation"' in dom
     assert len(re.findall(r'<figure class="plot"><svg', dom)) == 2
     assert "<h2>digits · data digits · δ = 1e-06 (1/n², n = 1,000) · ε under add-remove neighbours</h2>" in dom
-    assert 'class="published"' in dom and "95% CI [" in dom
-    ranks = re.findall(r'<tr class="measured" data-track="none" data-method="(\w+)"><td>(\d+)', dom)
-    assert ranks[:3] == [("nonprivate", "1"), ("dpsgd", "1"), ("dpgd", "2")] or ("dpsgd", "1") in ranks
-    assert 'class="value winner"' in dom or 'class="value tied"' in dom
-    assert 'class="value collapsed"' in dom and "⚠" in dom  # the adaclip cell at the majority rate
+    assert 'class="published"' in dom and "95% interval [" in dom
+    rows = re.findall(r'<tr class="measured" data-track="none" data-method="(\w+)">', dom)
+    assert rows == ["adaclip", "dpgd", "dpsgd", "nonprivate", "dpsgd"]  # by method, not ranked; then mnist_logreg
+    assert 'class="value winner"' in dom and '<tr class="best">' in dom
+    assert 'class="value trivial"' in dom and "<small>not above trivial</small>" in dom  # adaclip at the majority rate
     assert '<section id="methods">' in dom and 'href="https://arxiv.org/abs/1607.00133"' in dom
 
     screenshot = tmp_path / "page.png"
@@ -314,7 +322,7 @@ def test_runs_of_different_code_never_share_a_cell_and_plugins_are_marked(capsys
     add_run(0.9, method="mine", code=plugin("a" * 64))
     add_run(0.1, method="mine", code=plugin("b" * 64), seed=1)
     text = markdown(capsys)
-    rows = {line.split(" | ")[1]: line for line in text.splitlines() if " | mine " in line}
+    rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| mine ")}
     first, second = ("mine [external plugin, unverified: in-process plugin, unaudited] (code aaaaaaaa)",
                      "mine [external plugin, unverified: in-process plugin, unaudited] (code bbbbbbbb)")
     assert set(rows) == {first, second}

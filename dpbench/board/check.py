@@ -1,12 +1,15 @@
 """``dpbench leaderboard --check``: what a reader would find wrong with a board, listed, unless explained.
 
-Violations (each a line: kind, task, relation, track, method, ε, and the numbers):
+Violations (each a line: kind, task, relation, track, method, ε, and the numbers), in every track:
 
 * ``above-non-private``: a private cell above the same task's validation-tuned non-private baseline by more than two
   standard errors of the difference (private training should not beat the tuned non-private reference);
-* ``decreasing``: a method's validation-tuned accuracy dropping by more than two standard errors from one ε to a
-  larger one (a tuned method should not get worse with more budget);
-* ``collapsed``: a cell at the test set's majority-class rate (the model predicts one class).
+* ``decreasing``: a method's mean at some ε below its mean at a smaller ε (any two, not only neighbours) by more than
+  two standard errors of the difference (a method should not get worse with more budget); reported at the larger ε;
+* ``collapsed``: a cell of two seeds or more at or above the test set's majority-class rate but not significantly
+  above it (the board's "not above trivial": one-sided one-sample t-test over seeds, α = 0.05);
+* ``below-majority``: a cell whose mean is below the majority-class rate (worse than predicting one class);
+* ``wide-interval``: a cell whose 95% interval is wider than 0.1 (too few seeds for what it shows).
 
 An exceptions file (JSON list; by default ``exceptions.json`` beside the records file) explains the ones that remain
 after investigation: ``{"kind", "task", "method", "track", "epsilons": [...] or "all", "reason"}`` (``relation``
@@ -23,7 +26,9 @@ from typing import Any
 from dpbench.board.model import Cell, Table
 from dpbench.errors import UsageError
 
-KINDS = ("above-non-private", "decreasing", "collapsed")
+KINDS = ("above-non-private", "decreasing", "collapsed", "below-majority", "wide-interval")
+WIDEST_INTERVAL = 0.1
+_BELOW = 1e-9  # a mean this far under the rate is below it (not float rounding of equal accuracies)
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,39 @@ def _se_difference(a: Cell, b: Cell) -> float:
     return math.sqrt((a.se or 0.0) ** 2 + (b.se or 0.0) ** 2)
 
 
+def _cell_violations(cell: Cell, reference: Cell | None, private: bool) -> list[tuple[str, str]]:
+    """(kind, detail) of one cell's violations other than ``decreasing``."""
+    found = []
+    rate = cell.majority_rate
+    if rate is not None and cell.mean < rate - _BELOW:
+        found.append(("below-majority", f"mean {cell.mean:.4f} below the majority-class rate {rate:.4f}"))
+    elif cell.not_above_trivial:
+        found.append(("collapsed", f"mean {cell.mean:.4f} not significantly above the majority-class rate "
+                                   f"{rate:.4f} (one-sided t-test p = {cell.trivial_p:.3g})"))
+    interval = cell.ci95
+    if interval is not None and interval[1] - interval[0] > WIDEST_INTERVAL:
+        found.append(("wide-interval", f"95% interval [{interval[0]:.4f}, {interval[1]:.4f}] wider than "
+                                       f"{WIDEST_INTERVAL:g} (n = {cell.n_seeds})"))
+    if reference is not None and private:
+        excess, bound = cell.mean - reference.mean, 2 * _se_difference(cell, reference)
+        if excess > bound and excess > 0:
+            found.append(("above-non-private", f"{cell.mean:.4f} vs the tuned non-private {reference.mean:.4f} "
+                                               f"(2 SE = {bound:.4f})"))
+    return found
+
+
+def _decreasing(points: list[tuple[float, Cell]]) -> list[tuple[float, str]]:
+    """(larger ε, detail) wherever a row's mean falls below its mean at any smaller ε by more than 2 SE."""
+    points = sorted(points, key=lambda point: point[0])
+    found = []
+    for index, (high, b) in enumerate(points):
+        drops = [f"{a.mean:.4f} at ε = {low:g} (2 SE = {2 * _se_difference(a, b):.4f})"
+                 for low, a in points[:index] if a.mean - b.mean > 2 * _se_difference(a, b) and a.mean > b.mean]
+        if drops:
+            found.append((high, f"{b.mean:.4f} at ε = {high:g} below " + ", ".join(drops)))
+    return found
+
+
 def violations(tables: list[Table]) -> list[Violation]:
     found: list[Violation] = []
     for table in tables:
@@ -53,29 +91,17 @@ def violations(tables: list[Table]) -> list[Violation]:
             continue
         reference = next((cell for (row, column), cell in table.cells.items()
                           if column.kind == "non-private" and row.tuning == "validation"), None)
+        by_row: dict[Any, list[tuple[float, Cell]]] = {}
         for (row, column), cell in table.cells.items():
-            epsilon = None if column.kind == "non-private" else column.epsilon
-            if cell.collapsed:
-                found.append(Violation("collapsed", table.task, table.neighbouring, row.tuning, row.method, epsilon,
-                                       f"mean {cell.mean:.4f} at the majority-class rate {cell.majority_rate:.4f}"))
-            if reference is not None and column.kind != "non-private":
-                excess = cell.mean - reference.mean
-                if excess > 2 * _se_difference(cell, reference) and excess > 0:
-                    found.append(Violation("above-non-private", table.task, table.neighbouring, row.tuning,
-                                           row.method, epsilon, f"{cell.mean:.4f} vs the tuned non-private "
-                                           f"{reference.mean:.4f} (2 SE = {2 * _se_difference(cell, reference):.4f})"))
-        validated: dict[Any, list[tuple[float, Cell]]] = {}
-        for (row, column), cell in table.cells.items():
-            if row.tuning == "validation" and column.kind == "target":
-                validated.setdefault(row, []).append((column.epsilon, cell))
-        for row, points in validated.items():
-            points.sort(key=lambda point: point[0])
-            for (low, a), (high, b) in zip(points, points[1:]):
-                drop = a.mean - b.mean
-                if drop > 2 * _se_difference(a, b) and drop > 0:
-                    found.append(Violation("decreasing", table.task, table.neighbouring, row.tuning, row.method,
-                                           high, f"{b.mean:.4f} at ε = {high:g} vs {a.mean:.4f} at ε = {low:g} "
-                                           f"(2 SE = {2 * _se_difference(a, b):.4f})"))
+            private = column.kind != "non-private"
+            epsilon = column.epsilon if private else None
+            found += [Violation(kind, table.task, table.neighbouring, row.tuning, row.method, epsilon, detail)
+                      for kind, detail in _cell_violations(cell, reference, private)]
+            if column.kind == "target":
+                by_row.setdefault(row, []).append((column.epsilon, cell))
+        for row, points in by_row.items():
+            found += [Violation("decreasing", table.task, table.neighbouring, row.tuning, row.method, high, detail)
+                      for high, detail in _decreasing(points)]
     return sorted(set(found), key=lambda v: (v.task, v.kind, v.track, v.method, v.epsilon or 0.0, v.relation or ""))
 
 

@@ -1,6 +1,7 @@
-"""The leaderboard as one self-contained HTML page: a table of contents, per table one ranked sub-table per track
-with 95% confidence intervals and marks, the methods (description, file, paper), one plot per table with a panel per
-track in fixed colours per method, the published figures, and every run. Inline CSS and SVG; no scripts."""
+"""The leaderboard as one self-contained HTML page: a table of contents, per table one sub-table per track with 95%
+intervals, marks and each column's winner or tied set, the methods (description, file, paper), one plot per table
+with a panel per track in fixed colours per method, the published figures, and every run. Inline CSS and SVG; no
+scripts."""
 from __future__ import annotations
 
 import hashlib
@@ -9,8 +10,8 @@ import io
 from typing import Any
 
 from dpbench.board.model import TRACK_NOTES, Cell, Table, metric_name, tuning_label, tuning_mode
-from dpbench.board.text import (LEGEND, anchor, explanation, fmt_or_dash, published_notes, published_rows,
-                                published_text, unmatched_lines, value_text)
+from dpbench.board.text import (LEGEND, TRIVIAL, anchor, best_text, explanation, fmt_or_dash, published_notes,
+                                published_rows, published_text, unmatched_lines, value_text)
 from dpbench.board.published import PublishedResult
 
 #: One colour per method on every plot: the built-in methods in a fixed order, others by a hash of their name.
@@ -27,7 +28,9 @@ th { background: #f0f0f0; }
 td.value { white-space: nowrap; }
 td.winner { background: #e3f6e9; font-weight: 600; }
 td.tied { background: #f1f9f3; }
-td.collapsed { color: #a33; }
+td.trivial { color: #999; background: #f4f4f4; }
+td.trivial small { display: block; font-size: 11px; }
+tr.best td { background: #fafafa; font-size: 12px; }
 span.mark { color: #0a5; }
 div.scroll { overflow-x: auto; }
 table.runs { font-size: 12px; }
@@ -52,27 +55,34 @@ def method_colour(method: str) -> str:
 def _cell_html(cell: Cell, mark: str | None) -> str:
     links = "".join(f'<a href="#run-{html.escape(run_id)}">{html.escape(run_id)}</a>' for run_id in cell.run_ids)
     interval = cell.ci95
-    title = (f"95% CI [{interval[0]:.4f}, {interval[1]:.4f}], sd {cell.std:.4f}" if interval else "one seed")
-    classes = " ".join(["value", *([mark] if mark else []), *(["collapsed"] if cell.collapsed else [])])
+    title = (f"95% interval [{interval[0]:.4f}, {interval[1]:.4f}], sd {cell.std:.4f}" if interval else "one seed")
+    if cell.trivial_p is not None:
+        title += f"; one-sided p above the majority-class rate {cell.majority_rate:.4f}: {cell.trivial_p:.3g}"
+    trivial = cell.not_above_trivial
+    classes = " ".join(["value", *([mark] if mark and not trivial else []), *(["trivial"] if trivial else [])])
     return (f'<td class="{classes}" title="{html.escape(title)}">{html.escape(value_text(cell, mark))}'
-            f'<details class="runs"><summary>n = {cell.n_seeds}</summary>{links}</details></td>')
+            + (f"<small>{TRIVIAL}</small>" if trivial else "")
+            + f'<details class="runs"><summary>n = {cell.n_seeds}</summary>{links}</details></td>')
 
 
 def _track_table(table: Table, track: str) -> str:
-    columns, leaders, labels, ranks = table.columns, table.leaders(), table.row_labels(), table.ranks()
+    columns, comparisons, labels = table.columns, table.comparisons(), table.row_labels()
+    marks = {column: comparisons.get((track, column), ({}, {}))[0] for column in columns}
     head = "".join(f"<th>{html.escape(text)}</th>" for text in
-                   ["rank", "method", "sampler", "accountant", *(c.label for c in columns)])
+                   ["method", "sampler", "accountant", *(c.label for c in columns)])
     body = []
-    for position, row in enumerate(table.rows(track), 1):
+    for row in table.rows(track):
         label = html.escape(labels[row])
         if row.external:
             label += ' <span class="plugin">external plugin</span>'
-        cells = "".join(_cell_html(table.cells[row, c], leaders.get((row, c))) if (row, c) in table.cells
+        cells = "".join(_cell_html(table.cells[row, c], marks[c].get(row)) if (row, c) in table.cells
                         else "<td></td>" for c in columns)
-        rank = f"{position}" + (f" <small>({ranks[row]:.1f})</small>" if row in ranks else "")
         body.append(f'<tr class="measured" data-track="{html.escape(track)}" data-method="{html.escape(row.method)}">'
-                    f"<td>{rank}</td><td>{label}</td><td>{html.escape(row.sampler)}</td>"
+                    f"<td>{label}</td><td>{html.escape(row.sampler)}</td>"
                     f"<td>{html.escape(row.accountant or '—')}</td>{cells}</tr>")
+    if table.direction is not None:
+        body.append('<tr class="best"><td colspan="3">winner (▲) or not significantly below the best (≈)</td>'
+                    + "".join(f"<td>{html.escape(best_text(marks[c], labels))}</td>" for c in columns) + "</tr>")
     return (f'<h3>{html.escape(tuning_label(track))}</h3><p class="explain">{html.escape(TRACK_NOTES.get(track, ""))}'
             f'</p><div class="scroll"><table class="leaderboard" data-track="{html.escape(track)}"><thead><tr>{head}'
             f'</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
@@ -93,7 +103,7 @@ def _published_table(table: Table) -> str:
 
 
 def _plot_svg(table: Table, salt: str) -> str | None:
-    """Metric versus ε, one panel per track, one line per row with 95% confidence intervals, log ε axis, fixed
+    """Metric versus ε, one panel per track, one line per row with 95% intervals, log ε axis, fixed
     colours per method; non-private rows are horizontal lines, published figures hollow markers. None without private
     runs. matplotlib is imported here: only the page needs it."""
     import matplotlib
@@ -114,8 +124,8 @@ def _plot_svg(table: Table, salt: str) -> str | None:
                                 if r == row and column.kind != "non-private")
                 colour = method_colour(row.method)
                 if points:
-                    errors = [[cell.mean - cell.ci95[0] if cell.ci95 else 0.0 for _, cell in points],
-                              [cell.ci95[1] - cell.mean if cell.ci95 else 0.0 for _, cell in points]]
+                    errors = [[max(0.0, cell.mean - cell.ci95[0]) if cell.ci95 else 0.0 for _, cell in points],
+                              [max(0.0, cell.ci95[1] - cell.mean) if cell.ci95 else 0.0 for _, cell in points]]
                     axes.errorbar([eps for eps, _ in points], [cell.mean for _, cell in points], yerr=errors,
                                   color=colour, marker="o", markersize=4, capsize=3, label=labels[row])
             reference = [(row, cell) for (row, column), cell in table.cells.items()
@@ -222,7 +232,7 @@ def to_html(tables: list[Table], unmatched: list[PublishedResult], methods: dict
                                                        for note in published_notes(table.published)) + "</ul>")
         svg = _plot_svg(table, salt=f"dpbench-leaderboard-{index}")
         parts.append(f'<figure class="plot">{svg}<figcaption>{html.escape(table.metric)} versus ε, one panel per '
-                     f"track; error bars: 95% confidence intervals over seeds.</figcaption></figure>" if svg else
+                     f"track; error bars: 95% intervals over seeds.</figcaption></figure>" if svg else
                      '<p class="explain">No private runs: no plot.</p>')
         parts.append("</section>")
     parts.append(_methods_section(tables, methods))

@@ -12,14 +12,16 @@ How runs are grouped, so that no cell mixes runs that are not comparable:
 * A column is the run's target ε; runs given a noise multiplier go to "ε ≈ x (spent)" by their spent ε (2
   significant digits); non-private runs to "non-private".
 * A cell is the runs of one row and column: the mean over seeds, the sample standard deviation, the standard error
-  and a 95% confidence interval (Student's t with n − 1 degrees of freedom); a seed run more than once counts once,
-  with the mean of its runs.
-* Within a track and a column, the leader is the best mean; it is marked the *winner* only where it beats the
-  runner-up at one-sided Welch p < 0.05; otherwise every row not significantly below it (Welch p ≥ 0.05) is marked a
-  *tied leader* (cells of one seed are never marked). Tracks are never ranked against each other: they charge different
-  things to the budget. A row's rank in its track is by its mean rank over the columns it has.
-* A cell whose mean accuracy is within max(0.002, 2 standard errors) of the test set's majority-class rate is
-  *collapsed* (the model predicts one class): flagged, never hidden.
+  and a 95% interval (:func:`dpbench.board.stats.interval`: for accuracies Student's t on the empirical-logit scale,
+  mapped back, inside [0, 1]); a seed run more than once counts once, with the mean of its runs.
+* An accuracy cell is *not above trivial* unless its mean is significantly above the test set's majority-class rate
+  (one-sided one-sample t-test over seeds, α = 0.05; :func:`dpbench.board.stats.above_rate_p`). It is greyed and
+  never marked; cells of one seed are neither tested nor marked.
+* Within a track and a column (:func:`dpbench.board.stats.compare_column`): the best eligible cell (two seeds or more,
+  not "not above trivial") is compared with every other cell of two seeds or more by one-sided Welch t-tests, Holm's
+  correction across them; it is the *winner* only if it beats all of them, otherwise it and the eligible cells not
+  significantly below it are *tied*. Tracks are never compared with each other: they charge different things to the
+  budget. Rows are listed by method, not ranked.
 * A row of an external plugin says so, and how far it can be trusted (:func:`~dpbench.trust.marks.plugin_mark`):
 "isolated" only when
   its runs ran the method in a process of its own (``dpbench run --isolate``, :mod:`dpbench.run.isolation`: the method
@@ -34,14 +36,12 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from scipy import stats
-
+from dpbench.board import stats
 from dpbench.board.published import PUBLISHED, PublishedResult
 from dpbench.errors import UsageError
 from dpbench.trust.marks import AuditEvidence, plugin_mark
@@ -56,7 +56,6 @@ TRACK_NOTES = {
     "oracle": f"{NOT_PRIVATE_TUNING}: selected on the test set",
 }
 _DIRECTIONS = [("accuracy", "higher"), ("error", "lower"), ("loss", "lower")]  # by substring of the metric name
-SIGNIFICANCE = 0.05
 
 
 def _round_significant(value: float, digits: int) -> float:
@@ -176,12 +175,24 @@ class Cell:
         return None if self.std is None else self.std / math.sqrt(self.n_seeds)
 
     @property
+    def bounded(self) -> bool:
+        """An accuracy: its interval stays in [0, 1]."""
+        return "accuracy" in self.metric and all(0 <= value <= 1 for value in self.values)
+
+    def _shared(self, key: str) -> Any:
+        """The runs' common value of a field that the stored-record check does not cover, else None."""
+        values = [run.get(key) for run in self.runs]
+        return values[0] if all(value == values[0] for value in values) else None
+
+    @property
+    def n_test(self) -> int | None:
+        size = self._shared("n_test")
+        return size if isinstance(size, int) and not isinstance(size, bool) and 0 < size < 2**53 else None
+
+    @property
     def ci95(self) -> tuple[float, float] | None:
-        """Student's t interval for the mean over seeds (None for one seed)."""
-        if self.se is None:
-            return None
-        half = float(stats.t.ppf(0.975, self.n_seeds - 1)) * self.se
-        return self.mean - half, self.mean + half
+        """The 95% interval over seeds (:func:`dpbench.board.stats.interval`; None for one seed)."""
+        return stats.interval(self.values, self.n_test, self.bounded)
 
     @property
     def run_ids(self) -> list[str]:
@@ -189,30 +200,24 @@ class Cell:
 
     @property
     def majority_rate(self) -> float | None:
-        rates = {run.get("test_majority_rate") for run in self.runs}
-        return rates.pop() if len(rates) == 1 else None
+        rate = self._shared("test_majority_rate")
+        return float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0 <= rate <= 1 \
+            else None
 
     @property
-    def collapsed(self) -> bool:
-        """Mean accuracy at the majority-class rate of the test set (the model predicts one class)."""
+    def trivial_p(self) -> float | None:
+        """One-sided p-value that the mean accuracy exceeds the majority-class rate (None: one seed, no known rate,
+        or not an accuracy)."""
         rate = self.majority_rate
         if rate is None or "accuracy" not in self.metric:
-            return False
-        return abs(self.mean - rate) <= max(0.002, 2 * (self.se or 0.0))
+            return None
+        return stats.above_rate_p(self.values, rate)
 
-
-def welch_greater(better: Cell, other: Cell, sign: int) -> float:
-    """One-sided Welch p-value that ``better``'s mean exceeds ``other``'s (``sign`` −1 where lower is better);
-    1 where either has fewer than 2 seeds."""
-    if better.n_seeds < 2 or other.n_seeds < 2:
-        return 1.0
-    a, b = [sign * v for v in better.values], [sign * v for v in other.values]
-    if statistics.pvariance(a) == 0 and statistics.pvariance(b) == 0:
-        return 0.0 if statistics.fmean(a) > statistics.fmean(b) else 1.0
-    with warnings.catch_warnings():  # nearly equal values (collapsed cells): scipy warns of lost precision
-        warnings.simplefilter("ignore", RuntimeWarning)
-        p = float(stats.ttest_ind(a, b, equal_var=False, alternative="greater").pvalue)
-    return 1.0 if math.isnan(p) else p
+    @property
+    def not_above_trivial(self) -> bool:
+        """Not significantly above the majority-class rate (module docstring); False where untested."""
+        p = self.trivial_p
+        return p is not None and p >= stats.ALPHA
 
 
 @dataclass
@@ -250,46 +255,21 @@ class Table:
         return sorted(columns)
 
     def rows(self, track: str | None = None) -> list[Row]:
-        """The rows (of one track), best rank first (see :meth:`ranks`)."""
-        rows = {row for row, _ in self.cells if track is None or row.tuning == track}
-        ranks = self.ranks()
-        return sorted(rows, key=lambda row: (self.tracks.index(row.tuning), ranks.get(row, math.inf), row))
+        """The rows (of one track), by track, then method: not ranked."""
+        return sorted({row for row, _ in self.cells if track is None or row.tuning == track},
+                      key=lambda row: (self.tracks.index(row.tuning), row))
 
-    def ranks(self) -> dict[Row, float]:
-        """Each row's mean rank over its columns among the rows of its track (1 = best)."""
+    def comparisons(self) -> dict[tuple[str, Column], tuple[dict[Row, str], dict[Row, float]]]:
+        """Per (track, column): the marks {row: "winner" | "tied"} and the Holm-adjusted p-values of the best against
+        each other row (:func:`dpbench.board.stats.compare_column`); none where the metric's direction is unknown."""
         if self.direction is None:
             return {}
-        by_column: dict[tuple[str, Column], list[tuple[float, Row]]] = defaultdict(list)
-        for (row, column), cell in self.cells.items():
-            by_column[row.tuning, column].append((self.sign * cell.mean, row))
-        ranks: dict[Row, list[int]] = defaultdict(list)
-        for scored in by_column.values():
-            for position, (_, row) in enumerate(sorted(scored, key=lambda item: -item[0]), 1):
-                ranks[row].append(position)
-        return {row: statistics.fmean(positions) for row, positions in ranks.items()}
-
-    def leaders(self) -> dict[tuple[Row, Column], str]:
-        """{(row, column): "winner" | "tied"} within each track and column (module docstring)."""
-        if self.direction is None:
-            return {}
-        marks = {}
-        by_column: dict[tuple[str, Column], list[tuple[Row, Cell]]] = defaultdict(list)
-        for (row, column), cell in self.cells.items():
-            by_column[row.tuning, column].append((row, cell))
-        for (_, column), entries in by_column.items():
-            if len(entries) < 2:
-                continue
-            entries.sort(key=lambda entry: -self.sign * entry[1].mean)
-            (best_row, best), (_, runner_up) = entries[0], entries[1]
-            if best.n_seeds < 2 or runner_up.n_seeds < 2:
-                continue  # one seed says nothing about significance: nothing marked
-            if welch_greater(best, runner_up, self.sign) < SIGNIFICANCE:
-                marks[best_row, column] = "winner"
-                continue
-            for row, cell in entries:
-                if cell.n_seeds >= 2 and (row is best_row or welch_greater(best, cell, self.sign) >= SIGNIFICANCE):
-                    marks[row, column] = "tied"
-        return marks
+        by_column: dict[tuple[str, Column], dict[Row, Cell]] = defaultdict(dict)
+        for (row, column), cell in sorted(self.cells.items()):
+            by_column[row.tuning, column][row] = cell
+        return {key: stats.compare_column({row: cell.values for row, cell in cells.items()},
+                                          {row for row, cell in cells.items() if not cell.not_above_trivial},
+                                          self.sign) for key, cells in by_column.items()}
 
     def row_labels(self) -> dict[Row, str]:
         """The method, marked if it is an external plugin, with the hyperparameters (or code) that differ between

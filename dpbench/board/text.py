@@ -6,26 +6,38 @@ import io
 import math
 from collections import defaultdict
 
-from dpbench.board.model import (NOT_PRIVATE_TUNING, TRACK_NOTES, Cell, Column, Table, published_column,
+from dpbench.board.model import (NOT_PRIVATE_TUNING, TRACK_NOTES, Cell, Column, Row, Table, published_column,
                                  tuning_label)
 from dpbench.board.published import PublishedResult
 
 CSV_COLUMNS = ["task", "data_id", "method", "epsilon", "epsilon_kind", "delta", "neighbouring", "tuning", "tuning_note",
                "accountant", "sampler", "hyperparameters", "external_plugin", "code_sha256", "metric", "direction",
-               "mean", "std", "se", "ci95_low", "ci95_high", "n_seeds", "rank", "leader", "collapsed",
-               "majority_rate", "run_ids"]
+               "mean", "std", "se", "ci95_low", "ci95_high", "n_seeds", "leader", "p_below_best_holm",
+               "not_above_trivial", "p_above_trivial", "majority_rate", "run_ids"]
 MARKS = {"winner": "▲", "tied": "≈"}
-LEGEND = ("Cells: mean over seeds ± half-width of its 95% confidence interval (Student's t), n = number of seeds. "
-          "Within each track and column: ▲ the leader beats the runner-up (one-sided Welch test, p < 0.05); "
-          "≈ the leaders not significantly apart (p ≥ 0.05 against the best); ⚠ collapsed: the mean is the test "
-          "set's majority-class rate. Tracks are not ranked against each other.")
+TRIVIAL = "not above trivial"
+LEGEND = ("Cells: mean over seeds [95% interval], n = number of seeds; accuracies' intervals are Student's t on the "
+          "empirical-logit scale, mapped back (inside [0, 1]). Within each track and column, the best cell is "
+          "compared with every other cell of two seeds or more by one-sided Welch t-tests (unpaired: seeds share no "
+          "randomness across methods), Holm-corrected across the column, α = 0.05: ▲ winner, it beats them all; "
+          "otherwise ≈ it and the cells not significantly below it (the column's last row names them). "
+          f"\"{TRIVIAL}\" (greyed): not significantly above the test set's majority-class rate (one-sided "
+          "one-sample t-test over seeds, α = 0.05); such cells and cells of one seed are never marked. Rows are not "
+          "ranked, and tracks are not compared with each other.")
 
 
 def value_text(cell: Cell, mark: str | None = None) -> str:
     interval = cell.ci95
-    half = f" ± {(interval[1] - interval[0]) / 2:.2g}" if interval else ""
-    flags = (MARKS[mark] + " " if mark else "") + ("⚠ " if cell.collapsed else "")
-    return f"{flags}{cell.mean:.4g}{half}"
+    shown = f" [{interval[0]:.4g}, {interval[1]:.4g}]" if interval else ""
+    return f"{MARKS[mark] + ' ' if mark else ''}{cell.mean:.4g}{shown}"
+
+
+def best_text(marks: dict[Row, str], labels: dict[Row, str]) -> str:
+    """A column's answer: "▲ winner", "≈ the tied rows", or "" (nothing compared)."""
+    if not marks:
+        return ""
+    mark = next(iter(marks.values()))
+    return f"{MARKS[mark]} " + ", ".join(sorted(labels[row] for row in marks))
 
 
 def published_text(entry: PublishedResult) -> str:
@@ -92,33 +104,41 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _md_cell(cell: Cell | None, mark: str | None) -> str:
+    if cell is None:
+        return ""
+    if cell.not_above_trivial:
+        return f"*{value_text(cell)} (n = {cell.n_seeds}, {TRIVIAL})*"
+    return f"{value_text(cell, mark)} (n = {cell.n_seeds})"
+
+
 def to_markdown(tables: list[Table], unmatched: list[PublishedResult]) -> str:
     lines = ["# dpbench leaderboard", "", "Contents:", ""]
     lines += [f"- [{table.title()}](#{anchor(table)})" for table in tables] + [""]
     for table in tables:
-        columns, leaders, labels, ranks = table.columns, table.leaders(), table.row_labels(), table.ranks()
+        columns, comparisons, labels = table.columns, table.comparisons(), table.row_labels()
         lines += [f'<a id="{anchor(table)}"></a>', "", f"## {table.title()}", "", explanation(table), ""]
         lines += [f"Data: {note}" for note in table.data_notes] + ([""] if table.data_notes else [])
         for track in table.tracks:
             lines += [f"### {tuning_label(track)}", "", TRACK_NOTES.get(track, ""), ""]
-            lines.append("| rank | method | sampler | accountant | " + " | ".join(c.label for c in columns) + " |")
-            lines.append("| --- " * (4 + len(columns)) + "|")
-            for position, row in enumerate(table.rows(track), 1):
-                cells = []
-                for column in columns:
-                    cell = table.cells.get((row, column))
-                    cells.append("" if cell is None else
-                                 f"{value_text(cell, leaders.get((row, column)))} (n = {cell.n_seeds})")
-                rank = f"{position}" + (f" ({ranks[row]:.1f})" if row in ranks else "")
+            lines.append("| method | sampler | accountant | " + " | ".join(c.label for c in columns) + " |")
+            lines.append("| --- " * (3 + len(columns)) + "|")
+            marks = {column: comparisons.get((track, column), ({}, {}))[0] for column in columns}
+            for row in table.rows(track):
+                cells = [_md_cell(table.cells.get((row, column)), marks[column].get(row)) for column in columns]
                 lines.append("| " + " | ".join(_md_escape(text) for text in
-                                               [rank, labels[row], row.sampler, row.accountant or "—", *cells]) + " |")
+                                               [labels[row], row.sampler, row.accountant or "—", *cells]) + " |")
+            if table.direction is not None:
+                lines.append("| " + " | ".join(_md_escape(text) for text in [
+                    "*winner (▲) or not significantly below the best (≈)*", "", "",
+                    *(best_text(marks[column], labels) for column in columns)]) + " |")
             lines.append("")
         if table.published:
-            lines.append("| published | | | | " + " | ".join(c.label for c in columns) + " |")
-            lines.append("| --- " * (4 + len(columns)) + "|")
+            lines.append("| published | | | " + " | ".join(c.label for c in columns) + " |")
+            lines.append("| --- " * (3 + len(columns)) + "|")
             for (label, detail), by_column in published_rows(table):
                 cells = [f"*{published_text(by_column[c])}*" if c in by_column else "" for c in columns]
-                lines.append("| " + " | ".join(_md_escape(t) for t in ["", f"*{label}; {detail}*", "", "", *cells])
+                lines.append("| " + " | ".join(_md_escape(t) for t in [f"*{label}; {detail}*", "", "", *cells])
                              + " |")
             lines += ["", "Published figures (not measured here, not ranked):", ""]
             lines += [f"- {note}" for note in published_notes(table.published)] + [""]
@@ -145,7 +165,7 @@ def to_csv(tables: list[Table]) -> str:
     writer.writeheader()
     written: set[int] = set()
     for table in tables:
-        leaders, ranks = table.leaders(), table.ranks()
+        comparisons = table.comparisons()
         for row in table.rows():
             for column in table.columns:
                 cell = table.cells.get((row, column))
@@ -153,6 +173,7 @@ def to_csv(tables: list[Table]) -> str:
                     continue
                 written.add(id(cell))
                 interval = cell.ci95
+                marks, adjusted = comparisons.get((row.tuning, column), ({}, {}))
                 writer.writerow({
                     "task": table.task, "data_id": table.data_id, "method": row.method,
                     "epsilon": "inf" if column.kind == "non-private" else repr(column.epsilon),
@@ -166,8 +187,10 @@ def to_csv(tables: list[Table]) -> str:
                     "std": "" if cell.std is None else repr(cell.std), "se": "" if cell.se is None else repr(cell.se),
                     "ci95_low": "" if interval is None else repr(interval[0]),
                     "ci95_high": "" if interval is None else repr(interval[1]),
-                    "n_seeds": cell.n_seeds, "rank": "" if row not in ranks else f"{ranks[row]:.2f}",
-                    "leader": leaders.get((row, column), ""), "collapsed": cell.collapsed,
+                    "n_seeds": cell.n_seeds, "leader": marks.get(row, ""),
+                    "p_below_best_holm": repr(adjusted[row]) if row in adjusted else "",
+                    "not_above_trivial": cell.not_above_trivial,
+                    "p_above_trivial": "" if cell.trivial_p is None else repr(cell.trivial_p),
                     "majority_rate": "" if cell.majority_rate is None else repr(cell.majority_rate),
                     "run_ids": " ".join(cell.run_ids),
                 })

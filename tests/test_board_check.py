@@ -1,0 +1,58 @@
+"""``dpbench leaderboard --check``'s violation kinds (dpbench/board/check.py): a board wrong in exactly one respect
+gets exactly that violation, in any track, and an exception with a reason explains it."""
+import json
+
+import pytest
+
+from dpbench.cli import main
+from tests.test_leaderboard import add_run, nonprivate_fields
+
+OFFSETS = [-0.007, -0.0035, 0.0, 0.0035, 0.007]  # sd 0.0055 over 5 seeds: 2 SE of a difference 0.0070
+#: method -> {ε: mean}: every cell above the majority-class rate 0.6, growing with ε, under the non-private 0.9
+CLEAN = {"dpsgd": {1: 0.80, 2: 0.82, 8: 0.84}, "dpgd": {1: 0.78, 2: 0.80, 8: 0.82}}
+
+
+def board(means=CLEAN, wide=None):
+    """Stores the board: the `none` track's cells, and the validation-tuned non-private reference at 0.9.
+    ``wide``: the (method, ε) whose seeds spread ten times as far."""
+    for seed, offset in enumerate(OFFSETS):
+        add_run(0.9 + offset, seed=seed, tuning={"mode": "validation"}, test_majority_rate=0.6, **nonprivate_fields())
+        for method, by_epsilon in means.items():
+            for epsilon, mean in by_epsilon.items():
+                spread = 10 if (method, epsilon) == wide else 1
+                add_run(mean + spread * offset, method=method, seed=seed, epsilon_target=epsilon, epsilon=epsilon,
+                        test_majority_rate=0.6)
+
+
+def check(capsys, *args):
+    code = main(["leaderboard", "--check", *args])
+    return code, capsys.readouterr().out.splitlines()
+
+
+def test_a_clean_board_passes(capsys):
+    board()
+    assert check(capsys) == (0, [])
+
+
+@pytest.mark.parametrize("kind, method, epsilon, means, wide", [
+    ("below-majority", "dpgd", 1, {**CLEAN, "dpgd": {1: 0.58, 2: 0.80, 8: 0.82}}, None),
+    ("collapsed", "dpgd", 1, {**CLEAN, "dpgd": {1: 0.60, 2: 0.80, 8: 0.82}}, None),
+    # No step between neighbouring ε is more than 2 SE (0.005 < 0.0070); ε = 1 to ε = 8 is (0.01).
+    ("decreasing", "dpsgd", 8, {**CLEAN, "dpsgd": {1: 0.80, 2: 0.795, 8: 0.79}}, None),
+    ("wide-interval", "dpgd", 8, {**CLEAN, "dpgd": {1: 0.78, 2: 0.80, 8: 0.85}}, ("dpgd", 8)),
+])
+def test_one_defect_is_exactly_one_violation_until_explained(capsys, tmp_path, kind, method, epsilon, means, wide):
+    board(means, wide)
+    code, lines = check(capsys)
+    assert code == 1 and len(lines) == 1, lines
+    assert lines[0].startswith(f"{kind}: digits (add-remove) · none · {method} · ε = {epsilon}: ")
+    exceptions = tmp_path / "exceptions.json"
+    exceptions.write_text(json.dumps([{"kind": kind, "task": "digits", "method": method, "track": "none",
+                                       "epsilons": [epsilon], "reason": "a test of the check"}]))
+    assert check(capsys, "--exceptions", str(exceptions)) == (0, [])
+
+
+def test_a_decrease_names_every_smaller_epsilon_it_falls_below(capsys):
+    board({"dpsgd": {1: 0.80, 2: 0.82, 8: 0.70}})
+    assert check(capsys) == (1, ["decreasing: digits (add-remove) · none · dpsgd · ε = 8: 0.7000 at ε = 8 below "
+                                 "0.8000 at ε = 1 (2 SE = 0.0070), 0.8200 at ε = 2 (2 SE = 0.0070)"])
