@@ -305,7 +305,7 @@ def test_a_cheating_plugin_stays_unaudited_until_audited_and_then_fails(mirror, 
     assert {"epsilon_claimed", "delta", "epsilon_lower_bound", "canaries", "guesses", "correct",
             "threat_model"} <= set(record)
     status = audit.audit_status(store.load(kind=None))
-    run = {"task": "digits", "code": {"method": record["code"]["method"]}}
+    run = {"task": "digits", "code": {"method": record["code"]["method"]}, "hyperparameters": record["hyperparameters"]}
     assert audit.board_mark(run, status) == "unverified: in-process plugin, audit failed"
     assert audit.board_mark({**run, "task": "adult"}, status) == "unverified: in-process plugin, unaudited"
 
@@ -392,20 +392,22 @@ def test_too_few_canaries_for_the_smallest_guess():
 
 def test_a_failed_audit_wins_over_a_later_pass():
     status = audit.audit_status([fake_audit("a", "digits", False), fake_audit("a", "digits", True)])
-    assert status == {("a", "digits", "in-process"): "failed", ("a", "digits", "process"): "failed"}
+    assert status.failed == {("a", "digits", "in-process"), ("a", "digits", "process")}
+    assert status.of(("a", "digits", "in-process"), [{"lr": 1.0}]) == "failed"
 
 
 def test_a_pass_with_canaries_a_plugin_could_see_does_not_count():
     """Issue 31: an audit of the design before (no ``canary_design``: canaries on input columns of their own, which
     the evader saw) passed plugins that cheat otherwise; its failures still count."""
-    assert audit.audit_status([fake_audit("a", "digits", True, design=None)]) == {}
-    assert audit.audit_status([fake_audit("a", "digits", False, design=None)]) == {
-        ("a", "digits", "in-process"): "failed", ("a", "digits", "process"): "failed"}
+    assert audit.audit_status([fake_audit("a", "digits", True, design=None)]) == audit.AuditEvidence()
+    assert audit.audit_status([fake_audit("a", "digits", False, design=None)]) == audit.AuditEvidence(
+        failed={("a", "digits", "in-process"), ("a", "digits", "process")})
 
 
 def test_a_black_box_pass_alone_does_not_count():
-    assert audit.audit_status([fake_audit("a", "digits", True, "black-box")]) == {}
-    assert audit.audit_status([fake_audit("a", "digits", True)]) == {("a", "digits", "in-process"): "passed"}
+    assert audit.audit_status([fake_audit("a", "digits", True, "black-box")]) == audit.AuditEvidence()
+    assert audit.audit_status([fake_audit("a", "digits", True)]) == audit.AuditEvidence(
+        passed={("a", "digits", "in-process"): {'{"lr": 1.0}'}})
 
 
 def _task_and_data(**changes):
