@@ -9,6 +9,11 @@ noise N(0, σ²C²). How batches are drawn decides the event:
   per epoch. No amplification by subsampling is claimed for it: by parallel composition each epoch costs one
   Gaussian mechanism (``SelfComposed(Gaussian(σ), started epochs)``). This is a valid, deliberately conservative
   bound. Fixed-size batches only make sense under replace-one neighbours, the only relation offered for it.
+* ``cyclic``: banded matrix-factorization noise (``bands`` = b ≥ 1, :mod:`dpbench.privacy.correlated`) on one fixed
+  random partition visited in the same order every epoch. The whole run is one Gaussian mechanism of noise
+  multiplier σ/(√k·‖c‖), k the epochs begun and ‖c‖ the largest column norm of the strategy (no amplification
+  claimed), under replace-one neighbours only (fixed-size batches, as ``shuffle``; the accountant doubles the
+  sensitivity). b = 1 is independent noise: ``SelfComposed(Gaussian(σ), k)`` of ``shuffle``, the same mechanism.
 
 The neighbouring relation (``NEIGHBOURING``) is the accountant's: ``add-remove`` (D' = D ± one example; the
 default for Poisson sampling, and what Abadi et al. use) or ``replace-one`` (one example replaced by another, the
@@ -33,7 +38,7 @@ import numpy as np
 from dp_accounting import pld, rdp
 
 from dpbench.choices import ACCOUNTANTS, NEIGHBOURING, SAMPLERS
-from dpbench.privacy import cache
+from dpbench.privacy import cache, correlated
 
 #: The most noisy releases accounted in one run: dp-accounting's PLD accountant holds the composed distribution in
 #: memory, which grows with the count (10^7 releases at q = 0.01, σ = 1: 0.8 GB and 18 s; 10^9: killed at 24 GB).
@@ -53,6 +58,9 @@ def check_relation(accountant: str, sampler: str, neighbouring: str) -> None:
         raise ValueError(f"unknown neighbouring relation {neighbouring!r}; choose one of {', '.join(NEIGHBOURING)}")
     if sampler == "shuffle" and neighbouring != "replace-one":
         raise ValueError("fixed-size (shuffle) batches are accounted under replace-one neighbours only")
+    if sampler == "cyclic" and neighbouring != "replace-one":
+        raise ValueError("the cyclic sampler's fixed-size batches (correlated noise) are accounted under replace-one "
+                         "neighbours only")
     if accountant == "rdp" and sampler == "poisson" and neighbouring == "replace-one":
         raise ValueError("dp-accounting's RDP accountant has no replace-one analysis of Poisson subsampling; "
                          "use the pld accountant")
@@ -136,7 +144,8 @@ class GaussianReleases:
     ``releases``: number of noisy gradient evaluations; ``sample_rate``: q (1 for full batches);
     ``releases_per_epoch``: for the shuffle sampler, how many releases make one pass over the data;
     ``preceded_by``: the events of the task's data releases (:class:`DataRelease`), composed before training;
-    ``neighbouring``: the relation the events are accounted under (see the module docstring).
+    ``neighbouring``: the relation the events are accounted under (see the module docstring);
+    ``bands``: b of the banded noise of the ``cyclic`` sampler (0 for the other samplers, whose noise is independent).
     """
 
     sample_rate: float
@@ -146,11 +155,15 @@ class GaussianReleases:
     releases_per_epoch: int = 1
     preceded_by: tuple[dp_accounting.DpEvent, ...] = ()
     neighbouring: str = "add-remove"
+    bands: int = 0
 
     def event(self) -> dp_accounting.DpEvent:
+        if (self.sampler == "cyclic") != (self.bands > 0):
+            raise ValueError(f"banded noise (bands = {self.bands}) goes with the cyclic sampler only, and the cyclic "
+                             f"sampler with banded noise only (sampler {self.sampler!r})")
         if self.preceded_by:
             training = GaussianReleases(self.sample_rate, self.noise_multiplier, self.releases, self.sampler,
-                                        self.releases_per_epoch, (), self.neighbouring)
+                                        self.releases_per_epoch, (), self.neighbouring, self.bands)
             return dp_accounting.ComposedDpEvent([*self.preceded_by, training.event()])
         if self.releases == 0:
             return dp_accounting.NoOpDpEvent()
@@ -162,6 +175,8 @@ class GaussianReleases:
         if self.sampler == "shuffle":  # under replace-one: the sum moves by up to 2C (checked by check_relation)
             epochs = math.ceil(self.releases / self.releases_per_epoch)
             return dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(self.noise_multiplier), epochs)
+        if self.sampler == "cyclic":  # one Gaussian on CG + Z (dpbench.privacy.correlated); replace-one only
+            return correlated.banded_event(self.noise_multiplier, self.bands, self.releases, self.releases_per_epoch)
         raise ValueError(f"unknown sampler {self.sampler!r}; choose one of {', '.join(SAMPLERS)}")
 
     def epsilon(self, delta: float, accountant: str = "pld") -> float:
@@ -261,9 +276,10 @@ def epsilon_log(releases: GaussianReleases, delta: float) -> Callable[[int], flo
     weighted sum and a minimum over orders — microseconds, where recomputing the whole run's curve took ~65 ms an
     epoch, more than an MNIST epoch's training (issue 17)."""
     orders = np.asarray(rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
-    per_unit = releases.releases_per_epoch if releases.sampler == "shuffle" else 1
+    # a unit: a Poisson release, or an epoch begun (shuffle; cyclic: the banded Gaussian's RDP is k times its k = 1 one)
+    per_unit = releases.releases_per_epoch if releases.sampler in ("shuffle", "cyclic") else 1
     one = GaussianReleases(releases.sample_rate, releases.noise_multiplier, per_unit, releases.sampler,
-                           releases.releases_per_epoch, (), releases.neighbouring)
+                           releases.releases_per_epoch, (), releases.neighbouring, releases.bands)
     unit = rdp_curve(one.event(), orders, releases.neighbouring) if releases.noise_multiplier > 0 else None
     base = (rdp_curve(dp_accounting.ComposedDpEvent(list(releases.preceded_by)), orders, releases.neighbouring)
             if releases.preceded_by else np.zeros_like(orders))
@@ -296,6 +312,7 @@ def calibrate_noise_multiplier(
     releases_per_epoch: int = 1,
     preceded_by: tuple[dp_accounting.DpEvent, ...] = (),
     neighbouring: str = "add-remove",
+    bands: int = 0,
 ) -> float:
     """Smallest σ (to dp-accounting's bisection tolerance, 1e-4) whose ε for this mechanism is ≤ ``target_epsilon``.
 
@@ -309,7 +326,7 @@ def calibrate_noise_multiplier(
     check_relation(accountant, sampler, neighbouring)
     _check_count(releases)
     key = (target_epsilon, delta, sample_rate, releases, accountant, sampler, releases_per_epoch, preceded_by,
-           neighbouring)
+           neighbouring, bands)
 
     def compute() -> float:
         with _numerics(accountant):
@@ -319,7 +336,7 @@ def calibrate_noise_multiplier(
 
 
 def _calibrate(target_epsilon, delta, sample_rate, releases, accountant, sampler, releases_per_epoch, preceded_by,
-               neighbouring) -> float:
+               neighbouring, bands=0) -> float:
     if preceded_by:
         spent_before = _spent(accountant, neighbouring, dp_accounting.ComposedDpEvent(list(preceded_by)), delta)
         if spent_before >= target_epsilon:
@@ -328,7 +345,7 @@ def _calibrate(target_epsilon, delta, sample_rate, releases, accountant, sampler
 
     def releases_with(sigma: float) -> dp_accounting.DpEvent:
         return _accountable(GaussianReleases(sample_rate, sigma, releases, sampler, releases_per_epoch, preceded_by,
-                                             neighbouring).event(), accountant, neighbouring)
+                                             neighbouring, bands).event(), accountant, neighbouring)
 
     interval = PLD_INTERVAL * max(1, math.floor(4 * target_epsilon))
     sigma = float(dp_accounting.calibrate_dp_mechanism(
