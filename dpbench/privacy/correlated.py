@@ -1,4 +1,5 @@
-"""Engine-owned correlated noise: banded matrix-factorization (BandMF) noise, its sensitivity and its privacy event.
+"""Engine-owned correlated noise: banded matrix-factorization (BandMF) noise and binary-tree aggregation (DP-FTRL),
+their sensitivities and privacy events.
 
 The mechanism (matrix factorization, Denisov, McMahan, Rush, Smith & Thakurta 2022, "Improved Differential Privacy for
 SGD via Optimal Private Linear Operators on Adaptive Streams", NeurIPS 2022; Choquette-Choo, McMahan, Rush &
@@ -48,6 +49,23 @@ its largest entry. ``tests/test_correlated.py`` checks it by brute force over ev
 
 Privacy event (:func:`banded_event`): one Gaussian mechanism of noise multiplier σ/(Δ/C_clip) = σ/(√k·‖c‖), under
 the run's relation (replace-one: the accountant doubles the sensitivity), no amplification claimed.
+
+Tree aggregation (:class:`Tree`, :class:`TreeNoise`; Kairouz, McMahan, Song, Thakkar, Thakurta & Xu 2021, "Practical
+and Private (Deep) Learning without Sampling or Shuffling", ICML 2021, arXiv:2103.00039, Section 3 and Appendix D for
+restarts; the tree mechanism of Dwork et al. 2010 and Chan, Shi & Song 2011). Within an epoch of P steps (the tree
+restarts at every epoch, on the same cyclic sampler), each dyadic interval [(i − 1)2^l + 1, i·2^l] of steps is a node
+with its own noise ν ~ N(0, σ²C²I), drawn when its last step is released. The noisy prefix sum of steps 1..t is
+Σ_{s≤t} g_s + N(t), N(t) the sum of the noises of the dyadic decomposition of [1, t] (one node per set bit of t). The
+engine releases the step noise N(t) − N(t − 1): step t creates the node of level j = (trailing zeros of t) and
+retires the j nodes of levels 0..j − 1 (the trailing ones of t − 1), so the step's noise is ν_new − Σ ν_retired and
+the method's running sum of releases is the tree's prefix sum. One draw per release, as for independent noise.
+
+Privacy of the tree: each example is in one leaf per tree, hence in at most ⌈log2(P + 1)⌉ released nodes, each a
+Gaussian mechanism of sensitivity C (replace-special, dp-accounting's relation for this event: one example replaced by
+a "zero" one) or 2C (replace-one). dp-accounting's ``SingleEpochTreeAggregationDpEvent(σ, P)`` charges one tree (its
+RDP α·⌈log2(P + 1)⌉/(2σ²), with the adaptive analysis of Kairouz et al. Appendix D), composed over the k epochs
+(:func:`tree_event`), under ``REPLACE_SPECIAL`` with σ/2 for dpbench's replace-one (``dpbench.privacy.accounting``).
+dp-accounting has this event for its RDP accountant only: a tree run is accounted with RDP.
 """
 from __future__ import annotations
 
@@ -58,7 +76,7 @@ import dp_accounting
 import torch
 
 #: The correlations the engine implements (``Method.correlation``).
-CORRELATIONS = ("banded",)
+CORRELATIONS = ("banded", "tree")
 #: The sampler that realizes the participation schema the banded analysis assumes.
 SAMPLER = "cyclic"
 
@@ -74,6 +92,18 @@ class Banded:
         if isinstance(self.bands, bool) or not isinstance(self.bands, int) or not 1 <= self.bands <= 100_000:
             raise ValueError(f"a banded noise correlation takes a whole number of bands from 1 to 100000, got "
                              f"{self.bands!r}")
+
+
+@dataclass(frozen=True)
+class Tree:
+    """Binary-tree aggregation restarted at every epoch (DP-FTRL)."""
+
+    kind: str = "tree"
+
+
+def tree() -> Tree:
+    """What a method declares (``noise_correlation = tree()``)."""
+    return Tree()
 
 
 def banded(bands: int) -> Banded:
@@ -114,6 +144,22 @@ def banded_event(noise_multiplier: float, bands: int, releases: int, releases_pe
     return dp_accounting.GaussianDpEvent(noise_multiplier / sensitivity(bands, k))
 
 
+def depth(steps: int) -> int:
+    """⌈log2(P + 1)⌉: the most released nodes of a tree over P steps that hold one leaf (dp-accounting's count)."""
+    return math.ceil(math.log2(steps + 1))
+
+
+def tree_event(noise_multiplier: float, releases: int, releases_per_epoch: int) -> dp_accounting.DpEvent:
+    """One ``SingleEpochTreeAggregationDpEvent(σ, P)`` per whole epoch, and one of the steps of a begun epoch."""
+    whole, rest = divmod(releases, releases_per_epoch)
+    events = ([dp_accounting.SelfComposedDpEvent(
+        dp_accounting.SingleEpochTreeAggregationDpEvent(noise_multiplier, releases_per_epoch), whole)] if whole else [])
+    events += [dp_accounting.SingleEpochTreeAggregationDpEvent(noise_multiplier, rest)] if rest else []
+    if not events:
+        return dp_accounting.NoOpDpEvent()
+    return events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
+
+
 def check_sampler(bands: int, batches: int) -> None:
     """ValueError unless the partition's P batches are at least b (each example's participations ≥ b apart)."""
     if batches < bands:
@@ -121,8 +167,14 @@ def check_sampler(bands: int, batches: int) -> None:
                          f"cyclic sampler's {batches} batches per epoch are fewer (lower the bands or the batch size)")
 
 
-def describe(correlation: Banded, epochs: int, batches: int) -> dict:
+def describe(correlation: Banded | Tree, epochs: int, batches: int) -> dict:
     """The record's ``noise_correlation``: what verify recomputes ε from."""
+    if isinstance(correlation, Tree):
+        return {"kind": "tree", "restarts": "every epoch", "steps_per_tree": batches, "trees": epochs,
+                "depth": depth(batches),
+                "node_noise": "N(0, (noise_multiplier * clip)^2) per node; step t's noise is N(t) - N(t-1)",
+                "event": "SelfComposed(SingleEpochTreeAggregation(sigma, steps_per_tree), trees), REPLACE_SPECIAL; "
+                         "sigma/2 under replace-one", "amplification": "none"}
     return {"kind": correlation.kind, "bands": correlation.bands,
             "coefficients": "c_0 = 1, c_j = c_(j-1)(2j-1)/(2j) for j < bands: (1-x)^(-1/2) truncated to b bands "
                             "(square root of the prefix-sum matrix)",
@@ -147,7 +199,8 @@ class BandedNoise:
         self.history: list[list[torch.Tensor]] = []  # w_{t−1}, w_{t−2}, …, at most b − 1 of them
 
     @torch.no_grad()
-    def apply_(self, draw: list[torch.Tensor]) -> list[torch.Tensor]:
+    def apply_(self, draw: list[torch.Tensor], position: int = 0) -> list[torch.Tensor]:
+        """w_t from the draw z_t, in place (``position``, the release's step in its epoch, is not used)."""
         for j, previous in enumerate(self.history, 1):
             for tensor, old in zip(draw, previous):
                 tensor.sub_(old, alpha=self.coefficients[j])
@@ -162,3 +215,60 @@ class BandedNoise:
         if state.get("bands") != self.bands or len(state.get("history", ())) > self.bands - 1:
             raise ValueError(f"the checkpoint's correlated-noise state is not of {self.bands} bands")
         self.history = [[t.clone() for t in w] for w in state["history"]]
+
+
+def _popcount(value: int) -> int:
+    return bin(value).count("1")
+
+
+class TreeNoise:
+    """The step noise N(t) − N(t − 1) of binary-tree aggregation restarted every ``steps_per_tree`` steps.
+
+    Keeps the noises of the nodes of the current prefix's dyadic decomposition (a stack, highest level first, at
+    most ⌈log2(P + 1)⌉). :meth:`apply_` takes the release's draw ν (the new node's noise), the 0-based position of the
+    release in its epoch, and overwrites the draw with ν − Σ of the retired nodes' noises."""
+
+    def __init__(self, steps_per_tree: int):
+        self.steps_per_tree = steps_per_tree
+        self.nodes: list[list[torch.Tensor]] = []
+        self.levels: list[int] = []
+
+    @torch.no_grad()
+    def apply_(self, draw: list[torch.Tensor], position: int) -> list[torch.Tensor]:
+        if position == 0:  # restart: a new tree
+            self.nodes, self.levels = [], []
+        t = position + 1
+        level = (t & -t).bit_length() - 1  # trailing zeros of t
+        fresh = [tensor.clone() for tensor in draw]
+        for expected in range(level):  # the nodes of levels 0, 1, …, level − 1 are the top of the stack
+            if not self.levels or self.levels[-1] != expected:
+                raise RuntimeError(f"tree noise out of step with its positions (step {t} of its tree)")
+            retired = self.nodes.pop()
+            self.levels.pop()
+            for tensor, old in zip(draw, retired):
+                tensor.sub_(old)
+        self.nodes.append(fresh)
+        self.levels.append(level)
+        if len(self.nodes) != _popcount(t):
+            raise RuntimeError(f"tree noise holds {len(self.nodes)} nodes at step {t} of its tree")
+        return draw
+
+    def state_dict(self) -> dict:
+        return {"steps_per_tree": self.steps_per_tree, "levels": list(self.levels),
+                "nodes": [[t.clone() for t in node] for node in self.nodes]}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("steps_per_tree") != self.steps_per_tree or len(state.get("nodes", ())) != len(
+                state.get("levels", ())):
+            raise ValueError(f"the checkpoint's tree-noise state is not of trees of {self.steps_per_tree} steps")
+        self.levels = list(state["levels"])
+        self.nodes = [[t.clone() for t in node] for node in state["nodes"]]
+
+
+def noise_state(correlation: Banded | Tree | None, steps_per_epoch: int) -> BandedNoise | TreeNoise | None:
+    """The engine's noise transform for ``correlation`` (None: independent noise)."""
+    if correlation is None:
+        return None
+    if isinstance(correlation, Tree):
+        return TreeNoise(steps_per_epoch)
+    return BandedNoise(correlation.bands)

@@ -284,6 +284,13 @@ def check_ledger(planned, saved: dict[str, Any], folder: Path) -> None:
         kept = len((band or {}).get("history", ())) if isinstance(band, dict) else None
         if kept != min(bands - 1, implied["releases"]) or band.get("bands") != bands:
             differing.append(f"a band of {kept!r} noise vectors, not {min(bands - 1, implied['releases'])}")
+    # Tree aggregation keeps the nodes of the current prefix: one per set bit of the step's position in its tree.
+    if private and (planned.record.get("noise_correlation") or {}).get("kind") == "tree":
+        per_tree, done = len(planned.sampler), implied["releases"]
+        nodes = bin((done - 1) % per_tree + 1).count("1") if done else 0
+        kept = len((band or {}).get("nodes", ())) if isinstance(band, dict) else None
+        if kept != nodes or band.get("steps_per_tree") != per_tree:
+            differing.append(f"a tree of {kept!r} node noises, not {nodes}")
     if differing:
         raise UsageError(f"the checkpoint in {folder} has a ledger its position does not imply "
                          f"({'; '.join(differing)}): it cannot be resumed")

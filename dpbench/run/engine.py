@@ -67,17 +67,14 @@ class PlannedRun:
     data_releases: tuple  # the events of the task's private data releases, charged with the training
     record: dict[str, Any]  # the record's fields known before training
     held_out: Any = None  # a tuning trial's validation part, as its ``spec.validation.split`` returned it
+    correlation: Any = None  # the method's noise correlation (dpbench.privacy.correlated), None for independent noise
 
     def releases_charged(self, count: int) -> GaussianReleases:
         """The mechanism run after ``count`` noisy gradients (plus the task's data releases)."""
         return GaussianReleases(self.record["sample_rate"], charged_noise_multiplier(self.record), count,
                                 self.record["sampler"], self.steps_per_epoch * self.method.releases_per_step,
-                                self.data_releases, self.record["neighbouring"] or "add-remove", self.bands)
-
-    @property
-    def bands(self) -> int:
-        """b of the run's banded noise (``noise_correlation``), 0 for independent noise."""
-        return (self.record.get("noise_correlation") or {}).get("bands", 0)
+                                self.data_releases, self.record["neighbouring"] or "add-remove",
+                                *correlated_fields(self.correlation))
 
     def module(self, epsilon_so_far: Callable[[int], float] | None = None) -> PrivateTraining:
         clipper = VmapClipper() if self.spec.clipping == "reference" and self.method.private else None
@@ -86,7 +83,13 @@ class PlannedRun:
                                self.record["sample_rate"] * self.data.n_train, self.spec.seed, clipper=clipper,
                                steps_per_epoch=self.steps_per_epoch, epsilon_so_far=epsilon_so_far,
                                noise=self.spec.noise, isolate=self.spec.isolate, count_noise_std=count,
-                               bands=self.bands)
+                               correlation=self.correlation)
+
+
+def correlated_fields(correlation: Any) -> tuple[int, bool]:
+    """(bands, tree) of :class:`~dpbench.privacy.accounting.GaussianReleases` for a noise correlation: (b, False)
+    banded, (0, True) tree, (0, False) independent noise."""
+    return getattr(correlation, "bands", 0), isinstance(correlation, correlated.Tree)
 
 
 def registered(method: str, task: str, plugins: list[str], isolate: bool = False) -> tuple[type[Method], type[Task]]:
@@ -232,11 +235,11 @@ def plan(spec: RunSpec, calibrate: bool = True,
     if sampler_name == "poisson":
         steps_per_epoch = max(1, round(n / (batch_size * per_step)))
         sampler = PoissonSampler(n, sample_rate, steps_per_epoch, per_step, sampler_seed)
-    elif sampler_name == correlated.SAMPLER:  # banded noise (refusals.check_correlation: only with it)
+    elif sampler_name == correlated.SAMPLER:  # correlated noise (refusals.check_correlation: only with it)
         sampler = CyclicSampler(n, batch_size, sampler_seed)
         steps_per_epoch = len(sampler)
         try:
-            correlated.check_sampler(correlation.bands, steps_per_epoch)
+            correlated.check_sampler(getattr(correlation, "bands", 1), steps_per_epoch)
         except ValueError as error:
             raise UsageError(f"{method.name}: {error}") from None
     else:
@@ -249,7 +252,7 @@ def plan(spec: RunSpec, calibrate: bool = True,
         raise UsageError(f"delta={delta:g} is not below 1/n = {1 / n:g} for n={n}: such a delta allows releasing "
                          f"an example outright; pass --force-delta to run anyway")
     data_releases = tuple(release.event for release in data.private_releases) if method.private else ()
-    bands = correlation.bands if correlation is not None else 0
+    bands, tree = correlated_fields(correlation)
     target_epsilon = spec.epsilon
     sigma = 0.0
     # A count release on each gradient release's batch (Method.count_release): (sensitivity ½, noise std σ_b),
@@ -272,7 +275,7 @@ def plan(spec: RunSpec, calibrate: bool = True,
                 combined = combined_noise_multiplier(sigma, extra) if extra else sigma
                 if calibrate:  # the ε the run will report, now rather than after training (the same, cached)
                     GaussianReleases(sample_rate, combined, planned_releases, sampler_name, steps_per_epoch * per_step,
-                                     data_releases, neighbouring, bands).epsilon(delta, spec.accountant)
+                                     data_releases, neighbouring, bands, tree).epsilon(delta, spec.accountant)
             except ValueError as error:
                 raise UsageError(f"task {task_class.name}: {error}") from None
         else:
@@ -282,7 +285,7 @@ def plan(spec: RunSpec, calibrate: bool = True,
             try:
                 combined = calibrate_noise_multiplier(target_epsilon, delta, sample_rate, planned_releases,
                                                       spec.accountant, sampler_name, steps_per_epoch * per_step,
-                                                      data_releases, neighbouring, bands)
+                                                      data_releases, neighbouring, bands, tree)
                 sigma = gradient_noise_multiplier(combined, extra) if extra else combined
             except ValueError as error:
                 raise UsageError(f"task {task_class.name}: {error}") from None
@@ -311,7 +314,8 @@ def plan(spec: RunSpec, calibrate: bool = True,
         **({"noise_coins": "secret", "sampler_coins": "secret"} if spec.isolate and method.private else {}),
     }
     record["code"]["method"] = isolation.code_of(method)
-    return PlannedRun(spec, method, task, data, hp, sampler, steps_per_epoch, delta, data_releases, record, held_out)
+    return PlannedRun(spec, method, task, data, hp, sampler, steps_per_epoch, delta, data_releases, record, held_out,
+                      correlation)
 
 
 def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, wandb_run=None,

@@ -13,9 +13,10 @@ norm C_t of each release (``moves_clip``: the method's :meth:`~dpbench.method.Me
 and positive; the noise is σC_t/B) and the count release (``count_release``: Σ_i (1[‖g_i‖ ≤ C_t] − ½) + N(0, σ_b²)
 on the same batch, its noise drawn from the run's noise stream after the gradient's).
 
-Banded noise (``bands`` = b ≥ 1, the method's ``noise_correlation``, :mod:`dpbench.privacy.correlated`): the release's
-noise is w_t = z_t − Σ_{j=1}^{b−1} c_j w_{t−j}, z_t the same draw from the run's noise stream as independent noise
-would take (so b = 1 is independent noise, draw for draw), and the clipped sum is added into w_t.
+Correlated noise (``correlation``, the method's ``noise_correlation``, :mod:`dpbench.privacy.correlated`): the release
+takes the same draw z_t from the run's noise stream as independent noise would, and transforms it in place: banded,
+w_t = z_t − Σ_{j=1}^{b−1} c_j w_{t−j} (so b = 1 is independent noise, draw for draw); tree, z_t is the new node's noise
+and w_t = z_t − Σ of the nodes it retires (N(t) − N(t − 1)). The clipped sum is then added into w_t.
 """
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ class PrivateTraining(pl.LightningModule):
                  expected_batch_size: float, seed: int, clipper: PerExampleClipper | None = None,
                  steps_per_epoch: int | None = None, epsilon_so_far: Callable[[int], float] | None = None,
                  noise: str = "fast", isolate: bool = False, count_noise_std: float | None = None,
-                 bands: int = 0):
+                 correlation: correlated.Banded | correlated.Tree | None = None):
         super().__init__()
         self.task, self.method_class, self.hp = task, method, hp
         self.noise_multiplier, self.expected_batch_size, self.seed = noise_multiplier, expected_batch_size, seed
@@ -101,10 +102,12 @@ class PrivateTraining(pl.LightningModule):
         except ValueError as error:
             raise UsageError(f"{method.name}: {error}") from None
         self.transforms = method.per_example_transform is not Method.per_example_transform
-        # banded noise: the last b − 1 noise vectors (checkpointed: dpbench.run.checkpoint)
-        self.correlated = correlated.BandedNoise(bands) if bands and method.private else None
-        if self.correlated is not None and (isolate or method.releases_per_step != 1):
-            raise UsageError(f"{method.name}: banded noise is not supported isolated or with several releases a step")
+        # banded noise's last b − 1 noise vectors, or the tree's nodes (checkpointed: dpbench.run.checkpoint)
+        self.correlated = correlated.noise_state(correlation, steps_per_epoch) if method.private else None
+        self.steps_per_epoch = steps_per_epoch
+        if self.correlated is not None and (isolate or method.releases_per_step != 1 or not steps_per_epoch):
+            raise UsageError(f"{method.name}: correlated noise needs the steps per epoch, and is not supported isolated "
+                             f"or with several releases a step")
         # exact norms where the parameters are the method's choice (isolated) or where an underestimated norm is not
         # capped at C (automatic clipping scales by C/(‖g‖ + γ): a float32 ghost norm cancelled to 0 gave 12·C)
         self.clipper = clipper or (make_clipper(task.model, self.current_transform(),
@@ -158,8 +161,8 @@ class PrivateTraining(pl.LightningModule):
         # (the noise of a moving clip norm's release is σC_t/B)
         into = ((self.draw_noise(params, clip) if self.method_class.moves_clip else self.draw_noise(params))
                 if self.rank == 0 else [torch.zeros_like(p) for p in params])
-        if self.correlated is not None:  # z_t → w_t = (C⁻¹z)_t in place (one process: refusals.check_correlation)
-            into = self.correlated.apply_(into)
+        if self.correlated is not None:  # z_t → w_t in place (one process: refusals.check_correlation)
+            into = self.correlated.apply_(into, self.steps % self.steps_per_epoch)
         noisy, norms = self.clipper.clipped_sum(self.task, x, y, clip, self.current_transform(),
                                                 scale=1 / self.expected_batch_size, into=into, gamma=self.gamma)
         noisy = distributed.sum_over_ranks(noisy) if self.world > 1 else noisy

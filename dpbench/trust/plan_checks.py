@@ -109,9 +109,32 @@ def _training_event(record: dict[str, Any], sigma: float, q: float, releases: in
     if record["sampler"] == "shuffle":  # one Gaussian per started epoch (dpbench.privacy.accounting): the plan's epochs
         return dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma),
                                                  record["hyperparameters"]["epochs"])
+    if record["sampler"] == "cyclic" and (record.get("noise_correlation") or {}).get("kind") == "tree":
+        return _tree_event(record, sigma)
     if record["sampler"] == "cyclic":
         return dp_accounting.GaussianDpEvent(sigma / _banded_sensitivity(record))
     raise Mismatch(f"sampler {record['sampler']!r} is not one verify knows")
+
+
+def _tree_event(record: dict[str, Any], sigma: float) -> dp_accounting.DpEvent:
+    """A tree-aggregation record's event (DP-FTRL with a restart every epoch): one
+    ``SingleEpochTreeAggregationDpEvent(σ, P)`` per epoch of the plan (P = ⌊n/B⌋ steps, one batch of a fixed partition
+    each: every example in one leaf per tree), accounted by RDP only (dp-accounting has the event for RDP only). The
+    recorded steps per tree, trees and depth ⌈log2(P + 1)⌉ must be these; a built-in method must declare a tree."""
+    found, hp = record["noise_correlation"], record["hyperparameters"]
+    method = _builtin(record)
+    if method is not None and getattr(method.correlation(hp), "kind", None) != "tree":
+        raise Mismatch(f"{record['method']} does not add tree-aggregation noise, but the record says it did")
+    if record.get("accountant") != "rdp":
+        raise Mismatch(f"a tree-aggregation record accounted by {record.get('accountant')!r}: dp-accounting's tree event "
+                       f"has an RDP analysis only")
+    batches, epochs = record["n_train"] // hp["batch_size"], hp["epochs"]
+    expected = {"steps_per_tree": batches, "trees": epochs, "depth": math.ceil(math.log2(batches + 1)),
+                "restarts": "every epoch"}
+    for key, value in expected.items():
+        if found.get(key) != value:
+            raise Mismatch(f"noise_correlation.{key} is {found.get(key)!r}, its plan gives {value!r}")
+    return dp_accounting.SelfComposedDpEvent(dp_accounting.SingleEpochTreeAggregationDpEvent(sigma, batches), epochs)
 
 
 def _banded_sensitivity(record: dict[str, Any]) -> float:
