@@ -651,6 +651,18 @@ MUTANTS = [
            "its hyperparameters' (a consistent forgery with fewer bands)", "dpbench/trust/plan_checks.py",
            '        if getattr(declared, "bands", None) != bands:', "        if False:",
            first="tests/test_correlated.py::test_a_bandmf_record_is_charged_and_verify_recomputes_it"),
+    Mutant("tree-retired-added", "correlated noise", "the tree's step noise adds the retired nodes' noises instead of "
+           "subtracting them (the prefix sums are not the tree's)", "dpbench/privacy/correlated.py",
+           "tensor.sub_(old)", "tensor.add_(old)",
+           first="tests/test_correlated.py::test_tree_noise_sums_to_the_dyadic_prefix_noise_and_restarts_every_epoch"),
+    Mutant("tree-replace-one-as-special", "correlated noise", "the tree under replace-one charged at sensitivity C "
+           "(dp-accounting's replace-special) instead of 2C", "dpbench/privacy/accounting.py",
+           "return dp_accounting.SingleEpochTreeAggregationDpEvent(event.noise_multiplier / 2, event.step_counts)",
+           "return event", first="tests/test_correlated.py::test_tree_epsilon_is_the_rdp_of_a_gaussian_per_node_path"),
+    Mutant("verify-tree-depth-one", "verify", "verify charges a tree of one step per epoch (depth 1)",
+           "dpbench/trust/plan_checks.py", "SingleEpochTreeAggregationDpEvent(sigma, batches), epochs)",
+           "SingleEpochTreeAggregationDpEvent(sigma, 1), epochs)",
+           first="tests/test_correlated.py::test_a_dpftrl_record_is_charged_and_verify_recomputes_it"),
 ]
 
 
