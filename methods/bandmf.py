@@ -3,7 +3,7 @@ Rush & Thakurta, "Multi-Epoch Matrix Factorization Mechanisms for Private Machin
 (arXiv:2211.06530); Choquette-Choo, Ganesh, McKenna, McMahan, Rush, Thakurta & Xu, "(Amplified) Banded Matrix
 Factorization: A unified approach to private training", NeurIPS 2023 (arXiv:2306.08153); the banded square-root
 strategy of Kalinin & Lampert, "Banded Square Root Matrix Factorization for Differentially Private Model Training",
-NeurIPS 2024 (arXiv:2405.13763)."""
+NeurIPS 2024."""
 from dpbench.methods.dpsgd import DPSGD
 from dpbench.privacy.correlated import banded
 
@@ -20,7 +20,8 @@ class BandMF(DPSGD):
     b bands (``dpbench.privacy.correlated``; w_t = z_t − Σ_{j=1}^{b−1} c_j w_{t−j}); this is the matrix mechanism
     Ĝ = G + C⁻¹Z of Denisov et al. 2022 and Choquette-Choo et al. 2023 with the workload's noise B·C⁻¹Z reached by
     post-processing. This method turns ĝ_t into heavy-ball momentum SGD, the optimizer of the papers' experiments
-    (momentum β = 0.95 in Choquette-Choo et al. 2023's CIFAR-10 and StackOverflow experiments):
+    (SGD with momentum and a learning-rate cooldown; β = 0.95 is the value we take from them, not re-checked against
+    the papers' tables here):
 
         m_t = β m_{t−1} + ĝ_t,   θ_{t+1} = θ_t − η m_t
 
@@ -38,7 +39,7 @@ class BandMF(DPSGD):
       (post-processing) and η is constant (no cooldown).
     * Participation: b-min-separation realized as fixed-order epochs ((k, P)-participation, P ≥ b) without
       amplification, not the amplified cyclic-Poisson variant of the banded-MF paper.
-    * Defaults (not tuned here): β = 0.95 (``momentum``) as in the papers' experiments, η = 0.005 (``lr``), so that
+    * Defaults (not tuned here): β = 0.95 (``momentum``), η = 0.005 (``lr``), so that
       the long-run step η/(1 − β) is DP-SGD's default 0.1.
     """
 
