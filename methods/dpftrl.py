@@ -27,7 +27,8 @@ class DPFTRL(Method):
     exactly SGD with heavy-ball momentum (v_t = βv_{t−1} + g_t, θ_{t+1} = θ_t − ηv_t): both give θ_0 − η Σ_r g_r
     Σ_{i=0}^{t−r} β^i. Privacy: tree aggregation (every example in one leaf per tree; dp-accounting's
     ``SingleEpochTreeAggregationDpEvent`` per epoch, RDP; replace-one neighbours: σ/2 under dp-accounting's
-    REPLACE_SPECIAL), no amplification claimed. Run with ``--accountant rdp``.
+    REPLACE_SPECIAL), no amplification claimed; dp-accounting has the event for RDP only, so the engine accounts a
+    tree with RDP whatever the accountant asked (with a warning; the record says ``"accountant": "rdp"``).
 
     Readings taken where the paper leaves a choice or this setting differs:
 
@@ -44,7 +45,7 @@ class DPFTRL(Method):
 
     name = "dpftrl"
     description = ("DP-FTRL with momentum: tree-aggregated noisy prefix sums restarted every epoch (Kairouz et al. "
-                   "2021); --accountant rdp")
+                   "2021), RDP-accounted")
     paper = "https://arxiv.org/abs/2103.00039"
     defaults = {"lr": 0.01, "momentum": 0.9}
     search_space = {"lr": {"type": "float", "low": 0.0005, "high": 5.0, "log": True}}

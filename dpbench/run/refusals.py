@@ -104,8 +104,8 @@ def check_correlation(spec: RunSpec, method: type[Method], hp: dict, sampler_nam
     where the engine does not implement it or cannot combine it (``dpbench.privacy.correlated``): a correlation other
     than ``banded(b)`` and ``tree()``; another sampler than ``cyclic`` (and ``cyclic`` without one); several releases
     per step; automatic scaling, a moving clip norm or a count release; ``--isolate`` (the isolated process does not
-    forward it); several devices (each rank would correlate its own draws); the tree with another accountant than
-    RDP (dp-accounting's tree event). Batched seeds train one by one (``dpbench.run.multiseed.check_batchable``) and
+    forward it); several devices (each rank would correlate its own draws). (The tree is accounted by RDP whatever
+    the accountant asked: ``dpbench.run.engine.plan`` says so in a warning and the record.) Batched seeds train one by one (``dpbench.run.multiseed.check_batchable``) and
     private tuning refuses it (``dpbench.tuning.plan``)."""
     from dpbench.privacy import correlated  # imported here: it imports torch and dp-accounting
 
@@ -137,8 +137,4 @@ def check_correlation(spec: RunSpec, method: type[Method], hp: dict, sampler_nam
     for reason, applies in reasons.items():
         if applies:
             raise UsageError(f"{method.name} declares {what}, which the engine does not support with {reason}")
-    if isinstance(correlation, correlated.Tree) and spec.accountant != "rdp":
-        raise UsageError(f"{method.name}: tree aggregation is accounted with dp-accounting's "
-                         f"SingleEpochTreeAggregationDpEvent, which only its RDP accountant composes: pass "
-                         f"--accountant rdp")
     return correlation
