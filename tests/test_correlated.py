@@ -115,7 +115,7 @@ def _analytic_gaussian_epsilon(sensitivity: float, sigma: float, delta: float) -
     return high
 
 
-@pytest.mark.parametrize("bands, epochs, sigma", [(1, 3, 2.0), (4, 5, 3.0), (16, 2, 1.5)])
+@pytest.mark.parametrize("bands, epochs, sigma", [(1, 3, 6.0), (4, 5, 10.0), (16, 2, 6.0)])
 def test_epsilon_is_the_analytic_gaussian_of_the_sensitivity(bands, epochs, sigma):
     """One Gaussian mechanism of sensitivity 2·√k·‖c‖·C (replace-one) and noise σC: dp-accounting's PLD ε is within
     its discretization above Balle & Wang's exact ε; RDP above both."""
