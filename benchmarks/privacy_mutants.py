@@ -238,8 +238,8 @@ MUTANTS = [
     Mutant("verify-full-batch", "verify", "a full-batch method's record may state a batch smaller than n",
            "dpbench/trust/plan_checks.py", "    if method is not None and method.full_batch and batch != n:", "    if False:",
            first="tests/test_verify.py"),
-    Mutant("verify-shuffle-add-remove", "verify", "shuffled batches accepted under add/remove neighbours",
-           "dpbench/trust/record_checks.py", '    if record["sampler"] == "shuffle" and relation != "replace-one":',
+    Mutant("verify-shuffle-add-remove", "verify", "shuffled or cyclic batches accepted under add/remove neighbours",
+           "dpbench/trust/record_checks.py", '    if record["sampler"] in ("shuffle", "cyclic") and relation != "replace-one":',
            "    if False:", first="tests/test_verify.py"),
     Mutant("verify-rdp-replace-one", "verify", "RDP of a replace-one Poisson run accepted as its add/remove curve",
            "dpbench/trust/recompute.py", '    raise Mismatch(f"no replace-one RDP analysis of {type(event).__name__}: such a '
@@ -617,8 +617,9 @@ MUTANTS = [
            "return math.sqrt(math.fsum(c * c for c in coefficients(bands)))", "return 1.0",
            first="tests/test_correlated.py::test_coefficients_are_the_square_root_of_the_prefix_sum_matrix"),
     Mutant("banded-charged-as-one-band", "correlated noise", "the engine calibrates and charges b = 1 whatever the "
-           "method's bands", "dpbench/run/engine.py", "bands = correlation.bands if correlation is not None else 0",
-           "bands = 1 if correlation is not None else 0",
+           "method's bands", "dpbench/run/engine.py",
+           'return getattr(correlation, "bands", 0), isinstance(correlation, correlated.Tree)',
+           'return min(1, getattr(correlation, "bands", 0)), isinstance(correlation, correlated.Tree)',
            first="tests/test_correlated.py::test_a_bandmf_record_is_charged_and_verify_recomputes_it"),
     Mutant("cyclic-separation-unchecked", "correlated noise", "fewer batches per epoch than bands are accepted "
            "(participations closer than b: overlapping columns)", "dpbench/privacy/correlated.py",
