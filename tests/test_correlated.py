@@ -83,7 +83,7 @@ def test_sensitivity_by_brute_force_over_every_participation_pattern(bands):
     """Over every pattern of k participations at least b apart (the cyclic sampler's included) and every sign, the
     squared sensitivity is at most k·‖c‖², and reached; the Gram matrix of the touched columns is diagonal, so
     vector-valued contributions (any directions) give the same. Participations b − 1 apart exceed the bound."""
-    steps, most = 11, 3
+    steps, most = 12, 3  # k·b ≤ 12: some pattern has k full (untruncated) columns
     strategy = T.banded_strategy(steps, bands)
     for k in range(1, most + 1):
         bound = correlated.sensitivity(bands, k) ** 2
