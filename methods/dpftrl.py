@@ -28,7 +28,7 @@ class DPFTRL(Method):
     Σ_{i=0}^{t−r} β^i. Privacy: tree aggregation (every example in one leaf per tree; dp-accounting's
     ``SingleEpochTreeAggregationDpEvent`` per epoch, RDP; replace-one neighbours: σ/2 under dp-accounting's
     REPLACE_SPECIAL), no amplification claimed; dp-accounting has the event for RDP only, so the engine accounts a
-    tree with RDP whatever the accountant asked (with a warning; the record says ``"accountant": "rdp"``).
+    tree with RDP whatever the accountant asked (the record says ``"accountant": "rdp"``).
 
     Readings taken where the paper leaves a choice or this setting differs:
 
