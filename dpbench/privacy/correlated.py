@@ -73,7 +73,9 @@ import math
 from dataclasses import dataclass
 
 import dp_accounting
-import torch
+
+# torch is imported where the noise is transformed: dpbench.privacy.accounting imports this module, and the commands
+# that only account (``dpbench privacy``) must not load PyTorch (tests/test_cli.py)
 
 #: The correlations the engine implements (``Method.correlation``).
 CORRELATIONS = ("banded", "tree")
@@ -198,12 +200,14 @@ class BandedNoise:
         self.coefficients = coefficients(bands)
         self.history: list[list[torch.Tensor]] = []  # w_{t−1}, w_{t−2}, …, at most b − 1 of them
 
-    @torch.no_grad()
     def apply_(self, draw: list[torch.Tensor], position: int = 0) -> list[torch.Tensor]:
         """w_t from the draw z_t, in place (``position``, the release's step in its epoch, is not used)."""
-        for j, previous in enumerate(self.history, 1):
-            for tensor, old in zip(draw, previous):
-                tensor.sub_(old, alpha=self.coefficients[j])
+        import torch
+
+        with torch.no_grad():
+            for j, previous in enumerate(self.history, 1):
+                for tensor, old in zip(draw, previous):
+                    tensor.sub_(old, alpha=self.coefficients[j])
         if self.bands > 1:
             self.history = [[t.clone() for t in draw], *self.history][: self.bands - 1]
         return draw
@@ -233,8 +237,13 @@ class TreeNoise:
         self.nodes: list[list[torch.Tensor]] = []
         self.levels: list[int] = []
 
-    @torch.no_grad()
     def apply_(self, draw: list[torch.Tensor], position: int) -> list[torch.Tensor]:
+        import torch
+
+        with torch.no_grad():
+            return self._apply(draw, position)
+
+    def _apply(self, draw: list[torch.Tensor], position: int) -> list[torch.Tensor]:
         if position == 0:  # restart: a new tree
             self.nodes, self.levels = [], []
         t = position + 1
