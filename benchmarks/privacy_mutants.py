@@ -33,7 +33,7 @@ PRIVACY_TESTS = ["tests/test_guards.py", "tests/test_cache.py", "tests/test_stre
                  "tests/test_tuning.py", "tests/test_tuning_privacy.py", "tests/test_output_perturbation.py",
                  "tests/test_amp.py", "tests/test_cli.py", "tests/test_adaclip.py", "tests/test_ada_dp.py",
                  "tests/test_dpadam.py", "tests/test_mnist_tasks.py", "tests/test_isolation.py",
-                 "tests/test_verify.py", "tests/test_adaptive_clipping.py"]
+                 "tests/test_verify.py", "tests/test_adaptive_clipping.py", "tests/test_correlated.py"]
 
 
 @dataclass(frozen=True)
@@ -240,8 +240,8 @@ MUTANTS = [
     Mutant("verify-full-batch", "verify", "a full-batch method's record may state a batch smaller than n",
            "dpbench/trust/plan_checks.py", "    if method is not None and method.full_batch and batch != n:", "    if False:",
            first="tests/test_verify.py"),
-    Mutant("verify-shuffle-add-remove", "verify", "shuffled batches accepted under add/remove neighbours",
-           "dpbench/trust/record_checks.py", '    if record["sampler"] == "shuffle" and relation != "replace-one":',
+    Mutant("verify-shuffle-add-remove", "verify", "shuffled or cyclic batches accepted under add/remove neighbours",
+           "dpbench/trust/record_checks.py", '    if record["sampler"] in ("shuffle", "cyclic") and relation != "replace-one":',
            "    if False:", first="tests/test_verify.py"),
     Mutant("verify-rdp-replace-one", "verify", "RDP of a replace-one Poisson run accepted as its add/remove curve",
            "dpbench/trust/recompute.py", '    raise Mismatch(f"no replace-one RDP analysis of {type(event).__name__}: such a '
@@ -604,6 +604,68 @@ MUTANTS = [
            "never forwards them)", "dpbench/run/refusals.py",
            '("--isolate (the isolated process does not forward them)", spec.isolate)',
            '("--isolate (the isolated process does not forward them)", False)', first="tests/test_adaptive_clipping.py::test_refusals"),
+    Mutant("banded-sign", "correlated noise", "the band's forward substitution adds c_j·w_(t−j) instead of subtracting "
+           "it (the noise of another strategy than the C accounted)", "dpbench/privacy/correlated.py",
+           "tensor.sub_(old, alpha=self.coefficients[j])", "tensor.add_(old, alpha=self.coefficients[j])",
+           first="tests/test_correlated.py::test_banded_noise_is_c_inverse_z"),
+    Mutant("banded-short-band", "correlated noise", "the band keeps b − 2 noise vectors instead of b − 1",
+           "dpbench/privacy/correlated.py", "*self.history][: self.bands - 1]", "*self.history][: self.bands - 2]",
+           first="tests/test_correlated.py::test_banded_noise_is_c_inverse_z"),
+    Mutant("banded-one-participation", "correlated noise", "the sensitivity leaves out √k (one participation charged "
+           "for k epochs)", "dpbench/privacy/correlated.py", "return math.sqrt(participations) * column_norm(bands)",
+           "return column_norm(bands)", first="tests/test_correlated.py::test_epsilon_is_the_analytic_gaussian_of_the_sensitivity"),
+    Mutant("banded-column-norm-one", "correlated noise", "the strategy's column norm taken as 1 (charged as "
+           "independent noise)", "dpbench/privacy/correlated.py",
+           "return math.sqrt(math.fsum(c * c for c in coefficients(bands)))", "return 1.0",
+           first="tests/test_correlated.py::test_coefficients_are_the_square_root_of_the_prefix_sum_matrix"),
+    Mutant("banded-charged-as-one-band", "correlated noise", "the engine calibrates and charges b = 1 whatever the "
+           "method's bands", "dpbench/run/engine.py",
+           'return getattr(correlation, "bands", 0), isinstance(correlation, correlated.Tree)',
+           'return min(1, getattr(correlation, "bands", 0)), isinstance(correlation, correlated.Tree)',
+           first="tests/test_correlated.py::test_a_bandmf_record_is_charged_and_verify_recomputes_it"),
+    Mutant("cyclic-separation-unchecked", "correlated noise", "fewer batches per epoch than bands are accepted "
+           "(participations closer than b: overlapping columns)", "dpbench/privacy/correlated.py",
+           "    if batches < bands:", "    if False:", first="tests/test_correlated.py::test_refusals"),
+    Mutant("cyclic-fresh-partition", "correlated noise", "the cyclic sampler draws a new partition every epoch "
+           "(an example's participations can be 1 step apart across epochs)", "dpbench/privacy/sampling.py",
+           "order = torch.randperm(self.n, generator=_generator(self.seed, 0))",
+           "order = torch.randperm(self.n, generator=_generator(self.seed, self.epoch))",
+           first="tests/test_correlated.py::test_the_cyclic_sampler_visits_one_partition_in_the_same_order_every_epoch"),
+    Mutant("cyclic-add-remove", "correlated noise", "banded noise on fixed-size batches accepted under add/remove",
+           "dpbench/privacy/accounting.py", '    if sampler == "cyclic" and neighbouring != "replace-one":',
+           "    if False:", first="tests/test_correlated.py::test_the_cyclic_sampler_and_banded_noise_go_together_under_replace_one_only"),
+    Mutant("banded-batched", "batched seeds", "runs with banded noise are batched (their noise uncorrelated)",
+           "dpbench/run/multiseed.py", "    if method.private and module.correlated is not None:", "    if False:",
+           first="tests/test_correlated.py::test_batched_seeds_train_one_by_one"),
+    Mutant("banded-tuned-privately", "tuning", "a banded-noise method is tuned privately (its trials charged as "
+           "Poisson-subsampled independent noise)", "dpbench/tuning/plan.py",
+           '            and getattr(method, "correlation", lambda hp: None)(hp) is not None):', "            and False):",
+           first="tests/test_correlated.py::test_refusals"),
+    Mutant("banded-band-not-checked", "checkpoints", "a checkpoint's band of noise vectors is resumed unchecked",
+           "dpbench/run/checkpoint.py",
+           '        if kept != min(bands - 1, implied["releases"]) or band.get("bands") != bands:', "        if False:",
+           first="tests/test_correlated.py::test_a_checkpoint_with_an_emptied_band_is_refused"),
+    Mutant("verify-banded-sensitivity-from-record", "verify", "verify takes a banded record's sensitivity from the "
+           "record", "dpbench/trust/plan_checks.py",
+           "return dp_accounting.GaussianDpEvent(sigma / _banded_sensitivity(record))",
+           'return dp_accounting.GaussianDpEvent(sigma / record["noise_correlation"]["sensitivity"])',
+           first="tests/test_correlated.py::test_a_bandmf_record_is_charged_and_verify_recomputes_it"),
+    Mutant("verify-banded-bands-unchecked", "verify", "verify accepts a built-in bandmf record whose bands are not "
+           "its hyperparameters' (a consistent forgery with fewer bands)", "dpbench/trust/plan_checks.py",
+           '        if getattr(declared, "bands", None) != bands:', "        if False:",
+           first="tests/test_correlated.py::test_a_bandmf_record_is_charged_and_verify_recomputes_it"),
+    Mutant("tree-retired-added", "correlated noise", "the tree's step noise adds the retired nodes' noises instead of "
+           "subtracting them (the prefix sums are not the tree's)", "dpbench/privacy/correlated.py",
+           "tensor.sub_(old)", "tensor.add_(old)",
+           first="tests/test_correlated.py::test_tree_noise_sums_to_the_dyadic_prefix_noise_and_restarts_every_epoch"),
+    Mutant("tree-replace-one-as-special", "correlated noise", "the tree under replace-one charged at sensitivity C "
+           "(dp-accounting's replace-special) instead of 2C", "dpbench/privacy/accounting.py",
+           "return dp_accounting.SingleEpochTreeAggregationDpEvent(event.noise_multiplier / 2, event.step_counts)",
+           "return event", first="tests/test_correlated.py::test_tree_epsilon_is_the_rdp_of_a_gaussian_per_node_path"),
+    Mutant("verify-tree-depth-one", "verify", "verify charges a tree of one step per epoch (depth 1)",
+           "dpbench/trust/plan_checks.py", "SingleEpochTreeAggregationDpEvent(sigma, batches), epochs)",
+           "SingleEpochTreeAggregationDpEvent(sigma, 1), epochs)",
+           first="tests/test_correlated.py::test_a_dpftrl_record_is_charged_and_verify_recomputes_it"),
 ]
 
 

@@ -21,6 +21,14 @@ divided by the expected batch size B = q·n: (Σ_k clip_C(t_k) + σC·z) / B wit
   σC_t·z)/B, θ ← θ − η g̃, the centred count S = Σ_k (1[‖g_k‖ ≤ C_t] − ½) + σ_b·z_b, b̃ = S/B + ½,
   C_{t+1} = C_t·exp(−η_C (b̃ − γ)).
 * :func:`autoclip`: Bu et al. 2022, AUTO-S: g̃ = (Σ_k C·g_k/(‖g_k‖ + γ) + σC·z)/B, θ ← θ − η g̃.
+* :func:`bandmf`: banded matrix-factorization noise (Choquette-Choo et al. 2023; Kalinin & Lampert 2024's banded square
+  root): the strategy C, b-banded lower-triangular Toeplitz with c_j = binom(2j, j)/4^j, built as a T × T matrix; the
+  noise of all T releases at once, W = C⁻¹Z (``numpy.linalg.solve``); ĝ_t = (Σ_k clip_C(g_k) + σC·W_t)/B,
+  m ← βm + ĝ, θ ← θ − ηm.
+* :func:`dpftrl`: Kairouz et al. 2021, Algorithm 1 with momentum: the noisy prefix sum of a tree restarted every
+  epoch, Ŝ_t = (Σ_{s≤t} clip_C sums + σC·(N(t) + the last prefix noise of every earlier tree))/B, with N(t) the sum of
+  the noises of the dyadic intervals of [1, t] (the interval ending at step e has the noise z_e drawn at step e);
+  m ← βm + Ŝ_t, θ = θ_0 − ηm.
 """
 from __future__ import annotations
 
@@ -235,4 +243,65 @@ def autoclip(model: LinearModel, batches: Iterable[np.ndarray], noises: Iterable
         w = w - lr * (total + sigma * clip * z) / expected_batch_size
         if observe is not None:
             observe(w, step)
+    return w
+
+
+def banded_strategy(steps: int, bands: int) -> np.ndarray:
+    """The T × T lower-triangular Toeplitz matrix with c_j = binom(2j, j)/4^j on its j-th subdiagonal, j < b."""
+    from math import comb
+
+    matrix = np.zeros((steps, steps))
+    for j in range(min(bands, steps)):
+        matrix += np.eye(steps, k=-j) * (comb(2 * j, j) / 4**j)
+    return matrix
+
+
+def bandmf(model: LinearModel, batches: list[np.ndarray], noises: list[np.ndarray], *, lr: float, momentum: float,
+           sigma: float, expected_batch_size: float, clip: float, bands: int,
+           observe: Callable[[np.ndarray, int], None] | None = None) -> np.ndarray:
+    """Momentum SGD on releases with banded matrix-factorization noise, given the T standard normal draws z_t (each
+    shaped like W): the noise of release t is σC·(C⁻¹Z)_t, computed for all T at once; returns θ."""
+    steps = len(batches)
+    z = np.stack([np.asarray(n, dtype=np.float64).reshape(-1) for n in noises[:steps]])
+    correlated = np.linalg.solve(banded_strategy(steps, bands), z)  # W = C⁻¹Z, row t the noise of release t
+    w, velocity = model.zeros(), None
+    for step, index in enumerate(batches):
+        total, _ = clipped_sum(model.per_example_gradients(w, index), clip)
+        release = (total + sigma * clip * correlated[step].reshape(w.shape)) / expected_batch_size
+        velocity = release if velocity is None else momentum * velocity + release
+        w = w - lr * velocity
+        if observe is not None:
+            observe(w, step + 1)
+    return w
+
+
+def dyadic_ends(t: int) -> list[int]:
+    """The last steps of the dyadic intervals that make up [1, t]: one per set bit of t, highest first."""
+    ends, start = [], 0
+    for bit in reversed(range(t.bit_length())):
+        if t >> bit & 1:
+            start += 1 << bit
+            ends.append(start)
+    return ends
+
+
+def dpftrl(model: LinearModel, batches: list[np.ndarray], noises: list[np.ndarray], *, lr: float, momentum: float,
+           sigma: float, expected_batch_size: float, clip: float, steps_per_tree: int,
+           observe: Callable[[np.ndarray, int], None] | None = None) -> np.ndarray:
+    """DP-FTRL with momentum on a tree restarted every ``steps_per_tree`` steps; ``noises[t]`` is the standard normal
+    draw of the node that ends at step t (0-based, shaped like W); returns θ."""
+    w0 = model.zeros()
+    w, velocity, gradients, earlier_trees = w0.copy(), np.zeros_like(w0), np.zeros_like(w0), np.zeros_like(w0)
+    for step, index in enumerate(batches):
+        tree_start, t = step - step % steps_per_tree, step % steps_per_tree + 1
+        total, _ = clipped_sum(model.per_example_gradients(w, index), clip)
+        gradients = gradients + total
+        tree_noise = sum(np.asarray(noises[tree_start + end - 1]).reshape(w0.shape) for end in dyadic_ends(t))
+        prefix = (gradients + sigma * clip * (earlier_trees + tree_noise)) / expected_batch_size
+        velocity = momentum * velocity + prefix
+        w = w0 - lr * velocity
+        if t == steps_per_tree:
+            earlier_trees = earlier_trees + tree_noise
+        if observe is not None:
+            observe(w, step + 1)
     return w

@@ -121,6 +121,16 @@ class Method:
     the pair as one Gaussian mechanism of noise multiplier (σ⁻² + (2σ_b)⁻²)^(−1/2) (Andrew et al. 2021, Theorem 1;
     ``dpbench.privacy.accounting.combined_noise_multiplier``), σ then being calibrated so that the pair meets the
     target ε; the record lists the count under ``extra_releases``.
+
+    Correlated noise, declared as data (``dpbench.privacy.correlated``; the engine draws, correlates and accounts it):
+
+    ``noise_correlation``: None (independent noise, the default) or ``banded(b)`` (``dpbench.privacy.correlated``):
+    the noise of the t-th release is w_t = (C⁻¹z)_t for the b-banded square-root strategy C, z the run's Gaussian
+    draws; batches come from the ``cyclic`` sampler (one random partition into P ≥ b batches, the same order every
+    epoch) and the whole run is charged as one Gaussian of noise multiplier σ/(√k·‖c‖), k the epochs, under
+    replace-one neighbours. :meth:`correlation` may compute it from the hyperparameters (``methods/bandmf.py``: b from
+    ``hp["bands"]``). Not combined with a scaling other than "clip", a moving clip norm, a count release, several
+    releases per step, batched seeds, several devices or ``--isolate`` (each refused).
     """
 
     name: ClassVar[str]
@@ -137,6 +147,7 @@ class Method:
     fixed_clip: ClassVar[float | None] = None
     moves_clip: ClassVar[bool] = False
     count_release: ClassVar[bool] = False
+    noise_correlation: ClassVar[Any] = None  # None, or dpbench.privacy.correlated.banded(b)
 
     def __init__(self, params: list[torch.nn.Parameter], hyperparameters: dict[str, Any],
                  mechanism: GradientMechanism):
@@ -161,6 +172,13 @@ class Method:
         """σ_b of the count release (:attr:`count_release`), from the hyperparameters and the expected batch size B
         only: the engine calibrates the gradient's σ with it before the method exists."""
         raise NotImplementedError(f"{cls.name} declares a count release but no count_noise_std")
+
+    @classmethod
+    def correlation(cls, hp: dict[str, Any]) -> Any:
+        """The noise correlation of a run with hyperparameters ``hp``: :attr:`noise_correlation` unless overridden (a
+        function of the hyperparameters only: the engine plans the sampler and calibrates σ with it before the method
+        exists)."""
+        return cls.noise_correlation
 
     def next_clip(self) -> float:
         """The clip norm C of the next release (read by the engine before each release when :attr:`moves_clip`): a

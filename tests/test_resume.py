@@ -91,6 +91,7 @@ def plugin(tmp_path):
     ("dpsgd", "breast_cancer", {"epochs": 3, "momentum": "0.9"}),  # momentum buffers in a torch optimizer
     ("ada_dp", "breast_cancer", {"epochs": 2, "adapt_epochs": "1"}),  # two releases per step, η, the schedule
     ("adaclip", "breast_cancer", {"epochs": 2, "batch_size": 128}),  # m and s
+    ("bandmf", "breast_cancer", {"epochs": 2, "bands": 4}),  # banded noise's last b − 1 vectors, the cyclic sampler
     ("dpadam_bc", "breast_cancer", {"epochs": 2, "batch_size": 128}),  # Adam's moments and step count
     ("nonprivate", "breast_cancer", {"epochs": 3, "optimizer": "adam", "batch_size": 128}),  # shuffled batches
     ("jitter_sgd", "jittery_blobs", {}),  # dropout, augmentation, NumPy's and Python's generators

@@ -64,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", help="a named setting of the task: paper (the seed paper's), smoke (a quick test)")
     run.add_argument("--set", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                      help="any other hyperparameter or task option (repeatable)")
-    run.add_argument("--sampler", choices=SAMPLERS, help="poisson (default for private methods) or shuffle")
+    run.add_argument("--sampler", choices=SAMPLERS, help="poisson (default for private methods), shuffle, or cyclic "
+                     "(one fixed partition, the same order every epoch: correlated noise, bandmf and dpftrl)")
     run.add_argument("--accountant", choices=ACCOUNTANTS, default="pld")
     run.add_argument("--neighbouring", choices=NEIGHBOURING,
                      help="neighbouring datasets of the ε: add-remove (default for Poisson sampling) or replace-one")

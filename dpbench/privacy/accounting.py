@@ -9,6 +9,11 @@ noise N(0, σ²C²). How batches are drawn decides the event:
   per epoch. No amplification by subsampling is claimed for it: by parallel composition each epoch costs one
   Gaussian mechanism (``SelfComposed(Gaussian(σ), started epochs)``). This is a valid, deliberately conservative
   bound. Fixed-size batches only make sense under replace-one neighbours, the only relation offered for it.
+* ``cyclic``: banded matrix-factorization noise (``bands`` = b ≥ 1, :mod:`dpbench.privacy.correlated`) on one fixed
+  random partition visited in the same order every epoch. The whole run is one Gaussian mechanism of noise
+  multiplier σ/(√k·‖c‖), k the epochs begun and ‖c‖ the largest column norm of the strategy (no amplification
+  claimed), under replace-one neighbours only (fixed-size batches, as ``shuffle``; the accountant doubles the
+  sensitivity). b = 1 is independent noise: ``SelfComposed(Gaussian(σ), k)`` of ``shuffle``, the same mechanism.
 
 The neighbouring relation (``NEIGHBOURING``) is the accountant's: ``add-remove`` (D' = D ± one example; the
 default for Poisson sampling, and what Abadi et al. use) or ``replace-one`` (one example replaced by another, the
@@ -33,7 +38,7 @@ import numpy as np
 from dp_accounting import pld, rdp
 
 from dpbench.choices import ACCOUNTANTS, NEIGHBOURING, SAMPLERS
-from dpbench.privacy import cache
+from dpbench.privacy import cache, correlated
 
 #: The most noisy releases accounted in one run: dp-accounting's PLD accountant holds the composed distribution in
 #: memory, which grows with the count (10^7 releases at q = 0.01, σ = 1: 0.8 GB and 18 s; 10^9: killed at 24 GB).
@@ -53,9 +58,20 @@ def check_relation(accountant: str, sampler: str, neighbouring: str) -> None:
         raise ValueError(f"unknown neighbouring relation {neighbouring!r}; choose one of {', '.join(NEIGHBOURING)}")
     if sampler == "shuffle" and neighbouring != "replace-one":
         raise ValueError("fixed-size (shuffle) batches are accounted under replace-one neighbours only")
+    if sampler == "cyclic" and neighbouring != "replace-one":
+        raise ValueError("the cyclic sampler's fixed-size batches (correlated noise) are accounted under replace-one "
+                         "neighbours only")
     if accountant == "rdp" and sampler == "poisson" and neighbouring == "replace-one":
         raise ValueError("dp-accounting's RDP accountant has no replace-one analysis of Poisson subsampling; "
                          "use the pld accountant")
+
+
+def check_tree(accountant: str, tree: bool) -> None:
+    """Tree aggregation is accounted with dp-accounting's ``SingleEpochTreeAggregationDpEvent``, which only its RDP
+    accountant composes: ValueError for another accountant."""
+    if tree and accountant != "rdp":
+        raise ValueError("tree aggregation (DP-FTRL) is accounted with dp-accounting's SingleEpochTreeAggregationDpEvent, "
+                         "which only its RDP accountant composes: pass --accountant rdp")
 
 
 #: The PLD accountant's discretization of privacy losses for every reported ε (dp-accounting's default).
@@ -64,12 +80,15 @@ PLD_INTERVAL = 1e-4
 
 def _make_accountant(name: str, neighbouring: str = "add-remove",
                      interval: float = PLD_INTERVAL) -> dp_accounting.PrivacyAccountant:
-    """A fresh accountant for events under ``neighbouring``; RDP's take the add/remove form of
-    :func:`_accountable`."""
+    """A fresh accountant for events under ``neighbouring``; RDP's take the doubled-sensitivity form of
+    :func:`_accountable` under replace-one, composed under dp-accounting's ``REPLACE_SPECIAL``: its Gaussians are
+    composed alike under every relation, and its tree-aggregation event (DP-FTRL) exists under that relation only
+    (replace-special: one example replaced by a zero contribution, sensitivity C; replace-one, 2C, is σ/2 there)."""
     if name == "pld":
         return pld.PLDAccountant(RELATIONS[neighbouring], value_discretization_interval=interval)
     if name == "rdp":
-        return rdp.RdpAccountant()
+        return rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+                                 if neighbouring == "replace-one" else RELATIONS[neighbouring])
     raise ValueError(f"unknown accountant {name!r}; choose one of {', '.join(ACCOUNTANTS)}")
 
 
@@ -79,6 +98,8 @@ def _doubled_sensitivity(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
     sensitivity C. ValueError for events other than (compositions of) Gaussians."""
     if isinstance(event, dp_accounting.GaussianDpEvent):
         return dp_accounting.GaussianDpEvent(event.noise_multiplier / 2)
+    if isinstance(event, dp_accounting.SingleEpochTreeAggregationDpEvent):  # each node's sum moves by ≤ 2C
+        return dp_accounting.SingleEpochTreeAggregationDpEvent(event.noise_multiplier / 2, event.step_counts)
     if isinstance(event, dp_accounting.SelfComposedDpEvent):
         return dp_accounting.SelfComposedDpEvent(_doubled_sensitivity(event.event), event.count)
     if isinstance(event, dp_accounting.ComposedDpEvent):
@@ -136,7 +157,9 @@ class GaussianReleases:
     ``releases``: number of noisy gradient evaluations; ``sample_rate``: q (1 for full batches);
     ``releases_per_epoch``: for the shuffle sampler, how many releases make one pass over the data;
     ``preceded_by``: the events of the task's data releases (:class:`DataRelease`), composed before training;
-    ``neighbouring``: the relation the events are accounted under (see the module docstring).
+    ``neighbouring``: the relation the events are accounted under (see the module docstring);
+    ``bands``: b of the banded noise of the ``cyclic`` sampler (0 for the other samplers, whose noise is independent);
+    ``tree``: the ``cyclic`` sampler's noise is tree aggregation restarted every epoch (DP-FTRL), accounted by RDP.
     """
 
     sample_rate: float
@@ -146,11 +169,16 @@ class GaussianReleases:
     releases_per_epoch: int = 1
     preceded_by: tuple[dp_accounting.DpEvent, ...] = ()
     neighbouring: str = "add-remove"
+    bands: int = 0
+    tree: bool = False
 
     def event(self) -> dp_accounting.DpEvent:
+        if (self.sampler == "cyclic") != ((self.bands > 0) + self.tree == 1):
+            raise ValueError(f"correlated noise (bands = {self.bands}, tree = {self.tree}) goes with the cyclic "
+                             f"sampler only, and the cyclic sampler with one correlation (sampler {self.sampler!r})")
         if self.preceded_by:
             training = GaussianReleases(self.sample_rate, self.noise_multiplier, self.releases, self.sampler,
-                                        self.releases_per_epoch, (), self.neighbouring)
+                                        self.releases_per_epoch, (), self.neighbouring, self.bands, self.tree)
             return dp_accounting.ComposedDpEvent([*self.preceded_by, training.event()])
         if self.releases == 0:
             return dp_accounting.NoOpDpEvent()
@@ -162,6 +190,10 @@ class GaussianReleases:
         if self.sampler == "shuffle":  # under replace-one: the sum moves by up to 2C (checked by check_relation)
             epochs = math.ceil(self.releases / self.releases_per_epoch)
             return dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(self.noise_multiplier), epochs)
+        if self.sampler == "cyclic" and self.tree:  # one tree per epoch (dpbench.privacy.correlated); RDP only
+            return correlated.tree_event(self.noise_multiplier, self.releases, self.releases_per_epoch)
+        if self.sampler == "cyclic":  # one Gaussian on CG + Z (dpbench.privacy.correlated); replace-one only
+            return correlated.banded_event(self.noise_multiplier, self.bands, self.releases, self.releases_per_epoch)
         raise ValueError(f"unknown sampler {self.sampler!r}; choose one of {', '.join(SAMPLERS)}")
 
     def epsilon(self, delta: float, accountant: str = "pld") -> float:
@@ -229,6 +261,7 @@ def _epsilon(releases: GaussianReleases, delta: float, accountant: str) -> float
     if releases.noise_multiplier == 0 and releases.releases > 0:
         return math.inf
     check_relation(accountant, releases.sampler, releases.neighbouring)
+    check_tree(accountant, releases.tree)
     _check_count(releases.releases)
 
     def compute() -> float:
@@ -236,6 +269,16 @@ def _epsilon(releases: GaussianReleases, delta: float, accountant: str) -> float
             return _spent(accountant, releases.neighbouring, releases.event(), delta)
 
     return cache.memoized("epsilon", (releases, delta, accountant), compute)
+
+
+def _has_tree(event: dp_accounting.DpEvent) -> bool:
+    if isinstance(event, dp_accounting.SingleEpochTreeAggregationDpEvent):
+        return True
+    if isinstance(event, dp_accounting.SelfComposedDpEvent):
+        return _has_tree(event.event)
+    if isinstance(event, dp_accounting.ComposedDpEvent):
+        return any(_has_tree(inner) for inner in event.events)
+    return False
 
 
 def rdp_curve(event: dp_accounting.DpEvent, orders: np.ndarray, neighbouring: str = "add-remove") -> np.ndarray:
@@ -246,6 +289,11 @@ def rdp_curve(event: dp_accounting.DpEvent, orders: np.ndarray, neighbouring: st
     if neighbouring == "add-remove":
         accountant = rdp.RdpAccountant(orders=list(orders))
         accountant.compose(event)
+        return np.asarray(accountant.rdp, dtype=np.float64)
+    if _has_tree(event):  # the tree's replace-one RDP directly: σ/2 under dp-accounting's REPLACE_SPECIAL
+        accountant = rdp.RdpAccountant(orders=list(orders),
+                                       neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL)
+        accountant.compose(_doubled_sensitivity(event))
         return np.asarray(accountant.rdp, dtype=np.float64)
     doubled = np.unique(np.concatenate([2 * orders, 2 * orders - 1]))
     curve = dict(zip(doubled, rdp_curve(event, doubled)))
@@ -261,9 +309,10 @@ def epsilon_log(releases: GaussianReleases, delta: float) -> Callable[[int], flo
     weighted sum and a minimum over orders — microseconds, where recomputing the whole run's curve took ~65 ms an
     epoch, more than an MNIST epoch's training (issue 17)."""
     orders = np.asarray(rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
-    per_unit = releases.releases_per_epoch if releases.sampler == "shuffle" else 1
+    # a unit: a Poisson release, or an epoch begun (shuffle; cyclic: the banded Gaussian's RDP is k times its k = 1 one)
+    per_unit = releases.releases_per_epoch if releases.sampler in ("shuffle", "cyclic") else 1
     one = GaussianReleases(releases.sample_rate, releases.noise_multiplier, per_unit, releases.sampler,
-                           releases.releases_per_epoch, (), releases.neighbouring)
+                           releases.releases_per_epoch, (), releases.neighbouring, releases.bands, releases.tree)
     unit = rdp_curve(one.event(), orders, releases.neighbouring) if releases.noise_multiplier > 0 else None
     base = (rdp_curve(dp_accounting.ComposedDpEvent(list(releases.preceded_by)), orders, releases.neighbouring)
             if releases.preceded_by else np.zeros_like(orders))
@@ -296,6 +345,8 @@ def calibrate_noise_multiplier(
     releases_per_epoch: int = 1,
     preceded_by: tuple[dp_accounting.DpEvent, ...] = (),
     neighbouring: str = "add-remove",
+    bands: int = 0,
+    tree: bool = False,
 ) -> float:
     """Smallest σ (to dp-accounting's bisection tolerance, 1e-4) whose ε for this mechanism is ≤ ``target_epsilon``.
 
@@ -307,9 +358,10 @@ def calibrate_noise_multiplier(
     (:mod:`dpbench.privacy.cache`): they are pure functions of the arguments and dp-accounting's version. ValueError
     where no σ can be found or computed."""
     check_relation(accountant, sampler, neighbouring)
+    check_tree(accountant, tree)
     _check_count(releases)
     key = (target_epsilon, delta, sample_rate, releases, accountant, sampler, releases_per_epoch, preceded_by,
-           neighbouring)
+           neighbouring, bands, tree)
 
     def compute() -> float:
         with _numerics(accountant):
@@ -319,7 +371,7 @@ def calibrate_noise_multiplier(
 
 
 def _calibrate(target_epsilon, delta, sample_rate, releases, accountant, sampler, releases_per_epoch, preceded_by,
-               neighbouring) -> float:
+               neighbouring, bands=0, tree=False) -> float:
     if preceded_by:
         spent_before = _spent(accountant, neighbouring, dp_accounting.ComposedDpEvent(list(preceded_by)), delta)
         if spent_before >= target_epsilon:
@@ -328,7 +380,7 @@ def _calibrate(target_epsilon, delta, sample_rate, releases, accountant, sampler
 
     def releases_with(sigma: float) -> dp_accounting.DpEvent:
         return _accountable(GaussianReleases(sample_rate, sigma, releases, sampler, releases_per_epoch, preceded_by,
-                                             neighbouring).event(), accountant, neighbouring)
+                                             neighbouring, bands, tree).event(), accountant, neighbouring)
 
     interval = PLD_INTERVAL * max(1, math.floor(4 * target_epsilon))
     sigma = float(dp_accounting.calibrate_dp_mechanism(

@@ -88,7 +88,7 @@ def check_sampling(sampler: str, sample_rate: float, n: int, releases: int, samp
     """Refuse a run whose batches held a number of examples the record's sampler cannot explain (module docstring)."""
     if releases == 0:
         return
-    if sampler == "shuffle" or sample_rate >= 1:
+    if sampler in ("shuffle", "cyclic") or sample_rate >= 1:
         expected = releases * (n if sample_rate >= 1 else round(sample_rate * n))
         if sampled != expected:
             raise PrivacyCheckFailed(f"the batches held {sampled} examples; {releases} {sampler} batches of "

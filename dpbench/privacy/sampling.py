@@ -142,6 +142,30 @@ class ShuffleSampler(EpochSampler):
             yield [order[(first + k) * size : (first + k + 1) * size] for k in range(self.releases_per_step)]
 
 
+class CyclicSampler(EpochSampler):
+    """One random partition of the data into P = ⌊n/B⌋ batches of B examples, drawn once from the run's sampler stream
+    (epoch 0's), visited in the same order every epoch (the n − PB examples left over never join a batch).
+
+    The participation schema of banded matrix-factorization noise (:mod:`dpbench.privacy.correlated`): every example
+    is in at most one batch per epoch, and its participations are exactly P steps apart, so k = epochs and a b-banded
+    strategy needs P ≥ b. No amplification is claimed: the accounting holds for any partition, this one included."""
+
+    def __init__(self, n: int, batch_size: int, seed: int):
+        self.n, self.batch_size, self.releases_per_step, self.seed = n, batch_size, 1, seed
+
+    def __len__(self) -> int:
+        return self.n // self.batch_size
+
+    def partition(self) -> list[torch.Tensor]:
+        order = torch.randperm(self.n, generator=_generator(self.seed, 0))
+        return [order[k * self.batch_size:(k + 1) * self.batch_size] for k in range(len(self))]
+
+    def steps(self, start: int):
+        batches = self.partition()  # the same every epoch: drawn from epoch 0's stream whatever the epoch
+        for step in range(start, len(self)):
+            yield [batches[step]]
+
+
 class IndexedTensors(Dataset):
     """In-memory examples that a sampler's lists of index batches select from, empty batches included."""
 

@@ -6,7 +6,8 @@ the training loops' progress, plus dpbench's part (:func:`capture`): the method'
 ADADP's η, Adam's moments, AdaCliP's m and s, optimizers' buffers), the noise stream's position (the Philox counter,
 or the torch generator's state), the ledger (releases, sampled examples, steps), the global generators (torch's,
 stream ``training``: dropout; NumPy's and Python's), the task's own generators (``Task.rng``, e.g. augmentation),
-the latest test metrics, and the run's settings, against which ``--resume`` is checked; the ledger is checked
+the band of banded noise (its last b − 1 noise vectors, :mod:`dpbench.privacy.correlated`), the latest test
+metrics, and the run's settings, against which ``--resume`` is checked; the ledger is checked
 against what the checkpoint's position implies (:func:`check_ledger`). The sampler needs no state
 of its own: its draws are a pure function of (seed, epoch, position), and the position is the ledger's step count.
 A checkpoint is written every ``every`` steps and at the end of every epoch (after its test metrics), each time to a
@@ -109,6 +110,8 @@ def capture(module) -> dict[str, Any]:
         "ledger": {"releases": module.releases, "sampled": module.sampled, "steps": module.steps},
         "method": module.method.state_dict(),
         "noise": module.noise.state_dict(),
+        # banded noise's last b − 1 vectors (dpbench.privacy.correlated.BandedNoise), None for independent noise
+        "correlated": module.correlated.state_dict() if module.correlated is not None else None,
         "generators": {"torch": torch.get_rng_state(), "task": module.task.generator_states(),
                        "numpy": [numpy_state[0], numpy_state[1].tolist(), *numpy_state[2:]],
                        "python": random.getstate()},
@@ -122,6 +125,13 @@ def restore(module, state: dict[str, Any]) -> None:
     module.releases, module.sampled, module.steps = ledger["releases"], ledger["sampled"], ledger["steps"]
     module.method.load_state_dict(state["method"])
     module.noise.load_state_dict(state["noise"])
+    if (module.correlated is None) != (state.get("correlated") is None):
+        raise UsageError("the checkpoint's correlated-noise state does not match the run's noise correlation")
+    if module.correlated is not None:
+        try:
+            module.correlated.load_state_dict(state["correlated"])
+        except ValueError as error:
+            raise UsageError(str(error)) from None
     generators = state["generators"]
     torch.set_rng_state(generators["torch"])
     module.task.load_generator_states(generators["task"])
@@ -267,6 +277,20 @@ def check_ledger(planned, saved: dict[str, Any], folder: Path) -> None:
         drawn = implied["releases"] * per_release if planned.record["noise_multiplier"] else 0
         if noise_state["counter"] != drawn:
             differing.append(f"noise counter {noise_state['counter']!r}, not {drawn!r}")
+    # Banded noise keeps its last b − 1 noise vectors: as many as the releases made, up to b − 1.
+    bands = (planned.record.get("noise_correlation") or {}).get("bands", 0)
+    band = saved["dpbench"].get("correlated")
+    if private and bands:
+        kept = len((band or {}).get("history", ())) if isinstance(band, dict) else None
+        if kept != min(bands - 1, implied["releases"]) or band.get("bands") != bands:
+            differing.append(f"a band of {kept!r} noise vectors, not {min(bands - 1, implied['releases'])}")
+    # Tree aggregation keeps the nodes of the current prefix: one per set bit of the step's position in its tree.
+    if private and (planned.record.get("noise_correlation") or {}).get("kind") == "tree":
+        per_tree, done = len(planned.sampler), implied["releases"]
+        nodes = bin((done - 1) % per_tree + 1).count("1") if done else 0
+        kept = len((band or {}).get("nodes", ())) if isinstance(band, dict) else None
+        if kept != nodes or band.get("steps_per_tree") != per_tree:
+            differing.append(f"a tree of {kept!r} node noises, not {nodes}")
     if differing:
         raise UsageError(f"the checkpoint in {folder} has a ledger its position does not imply "
                          f"({'; '.join(differing)}): it cannot be resumed")

@@ -26,12 +26,12 @@ from dpbench.choices import CLIPPING, GAUSSIAN_SAMPLERS as NOISE
 from dpbench.data import rows, stages
 from dpbench.errors import RegistryError, UsageError
 from dpbench.method import Method, ReleaseMethod
-from dpbench.privacy import guards, streams
+from dpbench.privacy import correlated, guards, streams
 from dpbench.privacy.accounting import (COUNT_SENSITIVITY, SAMPLERS, GaussianReleases, calibrate_noise_multiplier,
                                         check_relation, combined_noise_multiplier, default_relation, epsilon_log,
                                         event_fields, gradient_noise_multiplier)
 from dpbench.privacy.clipping import VmapClipper, check_gamma
-from dpbench.privacy.sampling import IndexedTensors, PoissonSampler, ShuffleSampler
+from dpbench.privacy.sampling import CyclicSampler, IndexedTensors, PoissonSampler, ShuffleSampler
 from dpbench.release import runner
 from dpbench.results import records, store, tracking
 from dpbench.results.identity import identity
@@ -61,18 +61,20 @@ class PlannedRun:
     task: Task
     data: TaskData
     hp: dict[str, Any]
-    sampler: PoissonSampler | ShuffleSampler
+    sampler: PoissonSampler | ShuffleSampler | CyclicSampler
     steps_per_epoch: int
     delta: float
     data_releases: tuple  # the events of the task's private data releases, charged with the training
     record: dict[str, Any]  # the record's fields known before training
     held_out: Any = None  # a tuning trial's validation part, as its ``spec.validation.split`` returned it
+    correlation: Any = None  # the method's noise correlation (dpbench.privacy.correlated), None for independent noise
 
     def releases_charged(self, count: int) -> GaussianReleases:
         """The mechanism run after ``count`` noisy gradients (plus the task's data releases)."""
         return GaussianReleases(self.record["sample_rate"], charged_noise_multiplier(self.record), count,
                                 self.record["sampler"], self.steps_per_epoch * self.method.releases_per_step,
-                                self.data_releases, self.record["neighbouring"] or "add-remove")
+                                self.data_releases, self.record["neighbouring"] or "add-remove",
+                                *correlated_fields(self.correlation))
 
     def module(self, epsilon_so_far: Callable[[int], float] | None = None) -> PrivateTraining:
         clipper = VmapClipper() if self.spec.clipping == "reference" and self.method.private else None
@@ -80,7 +82,14 @@ class PlannedRun:
         return PrivateTraining(self.task, self.method, self.hp, self.record["noise_multiplier"],
                                self.record["sample_rate"] * self.data.n_train, self.spec.seed, clipper=clipper,
                                steps_per_epoch=self.steps_per_epoch, epsilon_so_far=epsilon_so_far,
-                               noise=self.spec.noise, isolate=self.spec.isolate, count_noise_std=count)
+                               noise=self.spec.noise, isolate=self.spec.isolate, count_noise_std=count,
+                               correlation=self.correlation)
+
+
+def correlated_fields(correlation: Any) -> tuple[int, bool]:
+    """(bands, tree) of :class:`~dpbench.privacy.accounting.GaussianReleases` for a noise correlation: (b, False)
+    banded, (0, True) tree, (0, False) independent noise."""
+    return getattr(correlation, "bands", 0), isinstance(correlation, correlated.Tree)
 
 
 def registered(method: str, task: str, plugins: list[str], isolate: bool = False) -> tuple[type[Method], type[Task]]:
@@ -157,6 +166,11 @@ def plan(spec: RunSpec, calibrate: bool = True,
     if method.clip_to_task_bound and "clip" in spec.overrides:
         raise UsageError(f"{method.name} scales its noise to the task's gradient norm bound: it takes no clip")
     hp, options = resolve_hyperparameters(method, task_class, spec.overrides, spec.profile)
+    correlation = refusals.check_correlation(spec, method, hp, sampler_name)
+    if isinstance(correlation, correlated.Tree) and spec.accountant != "rdp":
+        # dp-accounting composes its tree-aggregation event with its RDP accountant only; the record says "rdp" (no
+        # warning: a refusal later in planning must stay one line on stderr)
+        spec = replace(spec, accountant="rdp")
 
     neighbouring = spec.neighbouring or default_relation(sampler_name)
     if method.private:
@@ -225,6 +239,13 @@ def plan(spec: RunSpec, calibrate: bool = True,
     if sampler_name == "poisson":
         steps_per_epoch = max(1, round(n / (batch_size * per_step)))
         sampler = PoissonSampler(n, sample_rate, steps_per_epoch, per_step, sampler_seed)
+    elif sampler_name == correlated.SAMPLER:  # correlated noise (refusals.check_correlation: only with it)
+        sampler = CyclicSampler(n, batch_size, sampler_seed)
+        steps_per_epoch = len(sampler)
+        try:
+            correlated.check_sampler(getattr(correlation, "bands", 1), steps_per_epoch)
+        except ValueError as error:
+            raise UsageError(f"{method.name}: {error}") from None
     else:
         sampler = ShuffleSampler(n, batch_size, per_step, sampler_seed)
         steps_per_epoch = len(sampler)
@@ -235,6 +256,7 @@ def plan(spec: RunSpec, calibrate: bool = True,
         raise UsageError(f"delta={delta:g} is not below 1/n = {1 / n:g} for n={n}: such a delta allows releasing "
                          f"an example outright; pass --force-delta to run anyway")
     data_releases = tuple(release.event for release in data.private_releases) if method.private else ()
+    bands, tree = correlated_fields(correlation)
     target_epsilon = spec.epsilon
     sigma = 0.0
     # A count release on each gradient release's batch (Method.count_release): (sensitivity ½, noise std σ_b),
@@ -257,7 +279,7 @@ def plan(spec: RunSpec, calibrate: bool = True,
                 combined = combined_noise_multiplier(sigma, extra) if extra else sigma
                 if calibrate:  # the ε the run will report, now rather than after training (the same, cached)
                     GaussianReleases(sample_rate, combined, planned_releases, sampler_name, steps_per_epoch * per_step,
-                                     data_releases, neighbouring).epsilon(delta, spec.accountant)
+                                     data_releases, neighbouring, bands, tree).epsilon(delta, spec.accountant)
             except ValueError as error:
                 raise UsageError(f"task {task_class.name}: {error}") from None
         else:
@@ -267,7 +289,7 @@ def plan(spec: RunSpec, calibrate: bool = True,
             try:
                 combined = calibrate_noise_multiplier(target_epsilon, delta, sample_rate, planned_releases,
                                                       spec.accountant, sampler_name, steps_per_epoch * per_step,
-                                                      data_releases, neighbouring)
+                                                      data_releases, neighbouring, bands, tree)
                 sigma = gradient_noise_multiplier(combined, extra) if extra else combined
             except ValueError as error:
                 raise UsageError(f"task {task_class.name}: {error}") from None
@@ -289,11 +311,15 @@ def plan(spec: RunSpec, calibrate: bool = True,
         **({"extra_releases": [{"what": "count Σ_i (1[‖g_i‖ ≤ C_t] − 1/2) of each gradient release's batch",
                                 "sensitivity": s, "noise_std": std} for s, std in extra],
             "combined_noise_multiplier": combined} if extra else {}),
+        # banded noise: what verify recomputes the sensitivity and ε from (dpbench.privacy.correlated)
+        **({"noise_correlation": correlated.describe(correlation, hp["epochs"], steps_per_epoch)}
+           if correlation is not None else {}),
         "isolation": "process" if spec.isolate else "in-process",  # dpbench.run.isolation; the board's plugin marks
         **({"noise_coins": "secret", "sampler_coins": "secret"} if spec.isolate and method.private else {}),
     }
     record["code"]["method"] = isolation.code_of(method)
-    return PlannedRun(spec, method, task, data, hp, sampler, steps_per_epoch, delta, data_releases, record, held_out)
+    return PlannedRun(spec, method, task, data, hp, sampler, steps_per_epoch, delta, data_releases, record, held_out,
+                      correlation)
 
 
 def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, wandb_run=None,

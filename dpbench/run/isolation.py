@@ -151,6 +151,9 @@ def _describe_child(conn, name: str, folders: list[str], sources: dict[str, byte
                            and issubclass(klass, Method) and klass.__module__.startswith(BUILT_IN_METHODS)})
         _send(conn, {"attributes": {key: getattr(cls, key) for key in PUBLIC_ATTRIBUTES},
                      "transforms": cls.per_example_transform is not Method.per_example_transform,
+                     # correlated noise is not forwarded: the parent refuses it (refusals.check_correlation)
+                     "correlated": cls.noise_correlation is not None
+                     or cls.correlation.__func__ is not Method.correlation.__func__,
                      "file": inspect.getsourcefile(cls), "built_in": built_in})
     except Exception as error:  # noqa: BLE001 - reported to the parent, which raises it
         _send(conn, {"error": f"{type(error).__name__}: {error}"})
@@ -207,6 +210,8 @@ def stand_in(facts: dict[str, Any], folders: list[str], files: dict[str, str],
     attributes = dict(facts["attributes"], isolated_folders=tuple(folders), isolated_sources=sources,
                       code={"name": name, "file": facts["file"], "external": True,
                             "sha256": records.combined_sha256(hashed)})
+    if facts.get("correlated"):  # refused by dpbench.run.refusals.check_correlation
+        attributes["isolated_correlation"] = True
     if facts["transforms"]:  # the engine checks for an override (fast clipping path, sparse inputs)
         attributes["per_example_transform"] = lambda self, gradients: gradients
     return type(f"Isolated_{facts['attributes']['name']}", (Method,), attributes)

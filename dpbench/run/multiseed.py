@@ -72,6 +72,8 @@ def check_batchable(module: PrivateTraining) -> None:
         raise NotBatchable(f"task {module.task.name}: sparse inputs are not batched")
     if method.private and refusals.adaptive_features(method):
         raise NotBatchable(f"{method.name}: {' and '.join(refusals.adaptive_features(method))} are not batched")
+    if method.private and module.correlated is not None:
+        raise NotBatchable(f"{method.name}: banded (correlated) noise is not batched")
 
 
 def distinct_examples(data: IndexedTensors) -> tuple[torch.Tensor, torch.Tensor]:

@@ -97,3 +97,44 @@ def check_adaptive(spec: RunSpec, method: type[Method]) -> None:
         if applies:
             raise UsageError(f"{method.name} declares {' and '.join(features)}, which the engine does not support "
                              f"with {reason}")
+
+
+def check_correlation(spec: RunSpec, method: type[Method], hp: dict, sampler_name: str):
+    """The method's noise correlation for ``hp`` (``Method.correlation``; None for independent noise), refused
+    where the engine does not implement it or cannot combine it (``dpbench.privacy.correlated``): a correlation other
+    than ``banded(b)`` and ``tree()``; another sampler than ``cyclic`` (and ``cyclic`` without one); several releases
+    per step; automatic scaling, a moving clip norm or a count release; ``--isolate`` (the isolated process does not
+    forward it); several devices (each rank would correlate its own draws). (The tree is accounted by RDP whatever
+    the accountant asked: ``dpbench.run.engine.plan``; the record says ``"accountant": "rdp"``.) Batched seeds train one by one (``dpbench.run.multiseed.check_batchable``) and
+    private tuning refuses it (``dpbench.tuning.plan``)."""
+    from dpbench.privacy import correlated  # imported here: it imports torch and dp-accounting
+
+    if not method.private:
+        return None
+    if getattr(method, "isolated_correlation", False):
+        raise UsageError(f"{method.name} declares correlated noise, which the engine does not support with --isolate "
+                         f"(the isolated process does not forward it)")
+    try:
+        correlation = method.correlation(hp)
+    except (ValueError, TypeError, KeyError) as error:
+        raise UsageError(f"{method.name}: {error}") from None
+    if correlation is None:
+        if sampler_name == correlated.SAMPLER:
+            raise UsageError(f"the {correlated.SAMPLER} sampler is the participation schema of correlated (banded or "
+                             f"tree) noise, which {method.name} does not declare: use poisson or shuffle")
+        return None
+    if not isinstance(correlation, (correlated.Banded, correlated.Tree)):
+        raise UsageError(f"{method.name} declares the noise correlation {correlation!r}; the engine implements "
+                         f"{', '.join(correlated.CORRELATIONS)} (dpbench.privacy.correlated.banded(b), tree())")
+    what = "tree-aggregation noise" if isinstance(correlation, correlated.Tree) else \
+        f"banded noise (b = {correlation.bands})"
+    reasons = {f"the {sampler_name} sampler (correlated noise is accounted for the cyclic sampler's participation)":
+               sampler_name != correlated.SAMPLER,
+               f"{method.releases_per_step} releases per step": method.releases_per_step != 1,
+               " and ".join(adaptive_features(method)) or "adaptive clipping": bool(adaptive_features(method)),
+               "--isolate (the isolated process does not forward it)": spec.isolate,
+               "several devices (each rank would correlate its own draws)": spec.devices != 1}
+    for reason, applies in reasons.items():
+        if applies:
+            raise UsageError(f"{method.name} declares {what}, which the engine does not support with {reason}")
+    return correlation

@@ -12,6 +12,11 @@ clipper returns, which never leave this module: the scaling (``clipping``: C/(�
 norm C_t of each release (``moves_clip``: the method's :meth:`~dpbench.method.Method.next_clip`, refused unless finite
 and positive; the noise is σC_t/B) and the count release (``count_release``: Σ_i (1[‖g_i‖ ≤ C_t] − ½) + N(0, σ_b²)
 on the same batch, its noise drawn from the run's noise stream after the gradient's).
+
+Correlated noise (``correlation``, the method's ``noise_correlation``, :mod:`dpbench.privacy.correlated`): the release
+takes the same draw z_t from the run's noise stream as independent noise would, and transforms it in place: banded,
+w_t = z_t − Σ_{j=1}^{b−1} c_j w_{t−j} (so b = 1 is independent noise, draw for draw); tree, z_t is the new node's noise
+and w_t = z_t − Σ of the nodes it retires (N(t) − N(t − 1)). The clipped sum is then added into w_t.
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ import torch
 
 from dpbench.errors import PrivacyCheckFailed, UsageError
 from dpbench.method import CountRelease, GradientMechanism, Method
-from dpbench.privacy import streams
+from dpbench.privacy import correlated, streams
 from dpbench.privacy.clipping import PerExampleClipper, Transform
 from dpbench.privacy.ghost import make_clipper
 from dpbench.privacy.noise import GaussianNoise
@@ -72,7 +77,8 @@ class PrivateTraining(pl.LightningModule):
     def __init__(self, task: Task, method: type[Method], hp: dict[str, Any], noise_multiplier: float,
                  expected_batch_size: float, seed: int, clipper: PerExampleClipper | None = None,
                  steps_per_epoch: int | None = None, epsilon_so_far: Callable[[int], float] | None = None,
-                 noise: str = "fast", isolate: bool = False, count_noise_std: float | None = None):
+                 noise: str = "fast", isolate: bool = False, count_noise_std: float | None = None,
+                 correlation: correlated.Banded | correlated.Tree | None = None):
         super().__init__()
         self.task, self.method_class, self.hp = task, method, hp
         self.noise_multiplier, self.expected_batch_size, self.seed = noise_multiplier, expected_batch_size, seed
@@ -96,6 +102,12 @@ class PrivateTraining(pl.LightningModule):
         except ValueError as error:
             raise UsageError(f"{method.name}: {error}") from None
         self.transforms = method.per_example_transform is not Method.per_example_transform
+        # banded noise's last b − 1 noise vectors, or the tree's nodes (checkpointed: dpbench.run.checkpoint)
+        self.correlated = correlated.noise_state(correlation, steps_per_epoch) if method.private else None
+        self.steps_per_epoch = steps_per_epoch
+        if self.correlated is not None and (isolate or method.releases_per_step != 1 or not steps_per_epoch):
+            raise UsageError(f"{method.name}: correlated noise needs the steps per epoch, and is not supported isolated "
+                             f"or with several releases a step")
         # exact norms where the parameters are the method's choice (isolated) or where an underestimated norm is not
         # capped at C (automatic clipping scales by C/(‖g‖ + γ): a float32 ghost norm cancelled to 0 gave 12·C)
         self.clipper = clipper or (make_clipper(task.model, self.current_transform(),
@@ -149,6 +161,8 @@ class PrivateTraining(pl.LightningModule):
         # (the noise of a moving clip norm's release is σC_t/B)
         into = ((self.draw_noise(params, clip) if self.method_class.moves_clip else self.draw_noise(params))
                 if self.rank == 0 else [torch.zeros_like(p) for p in params])
+        if self.correlated is not None:  # z_t → w_t in place (one process: refusals.check_correlation)
+            into = self.correlated.apply_(into, self.steps % self.steps_per_epoch)
         noisy, norms = self.clipper.clipped_sum(self.task, x, y, clip, self.current_transform(),
                                                 scale=1 / self.expected_batch_size, into=into, gamma=self.gamma)
         noisy = distributed.sum_over_ranks(noisy) if self.world > 1 else noisy

@@ -89,7 +89,7 @@ def _plan(record: dict[str, Any]) -> tuple[float, int]:
         raise Mismatch(f"sample_rate is {q!r}, but its batch size {batch} of n = {n} gives {batch / n!r}")
     if sampler == "poisson":
         planned = epochs * max(1, round(n / (batch * k)))
-    elif sampler == "shuffle":
+    elif sampler in ("shuffle", "cyclic"):  # cyclic: ⌊n/B⌋ batches of one fixed partition (banded noise, k = 1)
         planned = epochs * (n // (batch * k))
     else:
         raise Mismatch(f"sampler {sampler!r} is not one verify knows")
@@ -109,7 +109,68 @@ def _training_event(record: dict[str, Any], sigma: float, q: float, releases: in
     if record["sampler"] == "shuffle":  # one Gaussian per started epoch (dpbench.privacy.accounting): the plan's epochs
         return dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma),
                                                  record["hyperparameters"]["epochs"])
+    if record["sampler"] == "cyclic" and (record.get("noise_correlation") or {}).get("kind") == "tree":
+        return _tree_event(record, sigma)
+    if record["sampler"] == "cyclic":
+        return dp_accounting.GaussianDpEvent(sigma / _banded_sensitivity(record))
     raise Mismatch(f"sampler {record['sampler']!r} is not one verify knows")
+
+
+def _tree_event(record: dict[str, Any], sigma: float) -> dp_accounting.DpEvent:
+    """A tree-aggregation record's event (DP-FTRL with a restart every epoch): one
+    ``SingleEpochTreeAggregationDpEvent(σ, P)`` per epoch of the plan (P = ⌊n/B⌋ steps, one batch of a fixed partition
+    each: every example in one leaf per tree), accounted by RDP only (dp-accounting has the event for RDP only). The
+    recorded steps per tree, trees and depth ⌈log2(P + 1)⌉ must be these; a built-in method must declare a tree."""
+    found, hp = record["noise_correlation"], record["hyperparameters"]
+    method = _builtin(record)
+    if method is not None and getattr(method.correlation(hp), "kind", None) != "tree":
+        raise Mismatch(f"{record['method']} does not add tree-aggregation noise, but the record says it did")
+    if record.get("accountant") != "rdp":
+        raise Mismatch(f"a tree-aggregation record accounted by {record.get('accountant')!r}: dp-accounting's tree event "
+                       f"has an RDP analysis only")
+    batches, epochs = record["n_train"] // hp["batch_size"], hp["epochs"]
+    expected = {"steps_per_tree": batches, "trees": epochs, "depth": math.ceil(math.log2(batches + 1)),
+                "restarts": "every epoch"}
+    for key, value in expected.items():
+        if found.get(key) != value:
+            raise Mismatch(f"noise_correlation.{key} is {found.get(key)!r}, its plan gives {value!r}")
+    return dp_accounting.SelfComposedDpEvent(dp_accounting.SingleEpochTreeAggregationDpEvent(sigma, batches), epochs)
+
+
+def _banded_sensitivity(record: dict[str, Any]) -> float:
+    """Δ/C of a banded-noise record (``noise_correlation``), recomputed from its public plan without
+    ``dpbench.privacy.correlated``: the coefficients of (1 − x)^(−1/2) as binom(2j, j)/4^j for j < b; k = the plan's
+    epochs (one batch of a fixed partition per epoch); the partition's P = ⌊n/B⌋ batches must be ≥ b (participations
+    ≥ b apart, so the columns they touch have disjoint supports); Δ/C = √(k·Σ_j c_j²). The recorded coefficients,
+    participations, separation and sensitivity must be these; a built-in method's b must be the one its
+    hyperparameters give (``Method.correlation``)."""
+    found = record.get("noise_correlation")
+    if not isinstance(found, dict) or found.get("kind") != "banded":
+        raise Mismatch(f"a cyclic-sampler record without banded noise_correlation: {found!r}")
+    bands, hp = found.get("bands"), record["hyperparameters"]
+    if isinstance(bands, bool) or not isinstance(bands, int) or bands < 1:
+        raise Mismatch(f"noise_correlation.bands is {bands!r}, not a whole number ≥ 1")
+    method = _builtin(record)
+    if method is not None:
+        declared = method.correlation(hp)
+        if getattr(declared, "bands", None) != bands:
+            raise Mismatch(f"{record['method']} with its hyperparameters adds noise of {declared!r}, but the record "
+                           f"says {bands} bands")
+    values = [math.comb(2 * j, j) / 4**j for j in range(bands)]
+    recorded = found.get("coefficient_values")
+    if not isinstance(recorded, list) or len(recorded) != bands:
+        raise Mismatch(f"noise_correlation.coefficient_values is not a list of {bands} numbers")
+    for j, (value, given) in enumerate(zip(values, recorded)):
+        _close(value, given, f"noise_correlation.coefficient_values[{j}]")
+    batches, epochs = record["n_train"] // hp["batch_size"], hp["epochs"]
+    if batches < bands:
+        raise Mismatch(f"{batches} batches per epoch are fewer than the {bands} bands: participations closer than b")
+    for key, value in (("participations", epochs), ("min_separation", batches)):
+        if found.get(key) != value:
+            raise Mismatch(f"noise_correlation.{key} is {found.get(key)!r}, its plan gives {value}")
+    sensitivity = math.sqrt(epochs * math.fsum(c * c for c in values))
+    _close(sensitivity, found.get("sensitivity"), "noise_correlation.sensitivity")
+    return sensitivity
 
 
 def _charged_sigma(record: dict[str, Any]) -> float:
@@ -142,6 +203,11 @@ def _run_event(record: dict[str, Any]) -> dp_accounting.DpEvent:
     if record.get("data_releases") and len(record.get("data_release_events") or []) != len(record["data_releases"]):
         raise Mismatch("its data releases have no machine-readable events (data_release_events)")
     q, releases = _plan(record)
+    method = _builtin(record)
+    declares = method is not None and method.private and method.correlation(record["hyperparameters"]) is not None
+    if (declares or "noise_correlation" in record) and record["sampler"] != "cyclic":
+        raise Mismatch(f"banded noise is accounted with the cyclic sampler, but the record's sampler is "
+                       f"{record['sampler']!r}")
     training = _training_event(record, _charged_sigma(record), q, releases)
     before = _data_releases(record)
     return dp_accounting.ComposedDpEvent([*before, training]) if before else training

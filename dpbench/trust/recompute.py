@@ -86,7 +86,9 @@ def _compute_epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str
     if accountant == "pld":
         found = pld.PLDAccountant(RELATIONS[relation], value_discretization_interval=interval)
     elif accountant == "rdp":  # dp-accounting's RDP reads a Gaussian as sensitivity 1 whatever the relation
-        found = rdp.RdpAccountant()
+        # under replace-one: doubled sensitivities, composed under REPLACE_SPECIAL (the only relation of the tree event)
+        found = rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+                                  if relation == "replace-one" else RELATIONS[relation])
         event = _doubled(event) if relation == "replace-one" else event
     else:
         raise Mismatch(f"accountant {accountant!r} is not one verify knows")
@@ -99,6 +101,8 @@ def _doubled(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
     again rather than imported from :mod:`dpbench.privacy.accounting`: verify checks that module's results."""
     if isinstance(event, dp_accounting.GaussianDpEvent):
         return dp_accounting.GaussianDpEvent(event.noise_multiplier / 2)
+    if isinstance(event, dp_accounting.SingleEpochTreeAggregationDpEvent):  # each node's sum moves by ≤ 2C
+        return dp_accounting.SingleEpochTreeAggregationDpEvent(event.noise_multiplier / 2, event.step_counts)
     if isinstance(event, dp_accounting.SelfComposedDpEvent):
         return dp_accounting.SelfComposedDpEvent(_doubled(event.event), event.count)
     if isinstance(event, dp_accounting.ComposedDpEvent):
@@ -112,6 +116,8 @@ def _scaled(event: dp_accounting.DpEvent, factor: float) -> dp_accounting.DpEven
     """``event`` with every noise scale times ``factor``."""
     if isinstance(event, (dp_accounting.GaussianDpEvent, dp_accounting.LaplaceDpEvent)):
         return type(event)(event.noise_multiplier * factor)
+    if isinstance(event, dp_accounting.SingleEpochTreeAggregationDpEvent):
+        return type(event)(event.noise_multiplier * factor, event.step_counts)
     if isinstance(event, dp_accounting.PoissonSampledDpEvent):
         return dp_accounting.PoissonSampledDpEvent(event.sampling_probability, _scaled(event.event, factor))
     if isinstance(event, dp_accounting.SelfComposedDpEvent):

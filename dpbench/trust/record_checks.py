@@ -27,7 +27,7 @@ def _check_gradient_run(record: dict[str, Any], epsilon_key: str = "epsilon") ->
     if not record.get("noise_multiplier", 0) > 0:
         raise Mismatch(f"noise multiplier {record.get('noise_multiplier')!r} is not positive")
     relation = record.get("neighbouring") or ("add-remove" if record["sampler"] == "poisson" else "replace-one")
-    if record["sampler"] == "shuffle" and relation != "replace-one":
+    if record["sampler"] in ("shuffle", "cyclic") and relation != "replace-one":
         raise Mismatch(f"shuffled batches are accounted under replace-one neighbours only, not {relation!r}")
     event, delta, accountant = _run_event(record), record["delta"], record["accountant"]
     spent, error = _epsilon(event, delta, accountant, relation), _error(event, delta, accountant, relation)

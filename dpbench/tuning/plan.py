@@ -143,6 +143,10 @@ def plan(spec: TuneSpec, calibrate: bool = True) -> Plan:
         raise UsageError(f"{method.name} declares no search space; pass --search-space FILE")
     hp, options = (release_hyperparameters(method, task_class, spec.overrides) if output_trials else
                    resolve_hyperparameters(method, task_class, spec.overrides))
+    if (not output_trials and method.private and spec.mode != "oracle"
+            and getattr(method, "correlation", lambda hp: None)(hp) is not None):
+        raise UsageError(f"{method.name} adds banded (correlated) noise, which private tuning does not charge (its "
+                         f"trial mechanism is Poisson-subsampled independent noise): only --mode oracle can tune it")
     fixed = set(MECHANISM_KEYS) if spec.mode != "oracle" and not output_trials else set()
     if method.clip_to_task_bound:
         fixed.add("clip")
