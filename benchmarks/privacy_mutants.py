@@ -666,6 +666,23 @@ MUTANTS = [
            "dpbench/trust/plan_checks.py", "SingleEpochTreeAggregationDpEvent(sigma, batches), epochs)",
            "SingleEpochTreeAggregationDpEvent(sigma, 1), epochs)",
            first="tests/test_correlated.py::test_a_dpftrl_record_is_charged_and_verify_recomputes_it"),
+    Mutant("correlated-skip-shifts-band", "correlated noise", "a step whose release the method skipped draws no "
+           "noise, shifting every later row of C (participations closer than b rows; hostile review)",
+           "dpbench/run/training.py", "        if self.correlated is not None and next(pending, None) is not None:",
+           "        if False:",
+           first="tests/test_correlated.py::test_a_step_without_a_release_still_advances_the_correlated_noise"),
+    Mutant("correlated-draw-check-off", "correlated noise", "the end of a correlated run does not check one noise draw "
+           "per charged release", "dpbench/run/training.py",
+           '        if state["counter"] != self.releases * per_release:', "        if False:",
+           first="tests/test_correlated.py::test_the_end_of_a_correlated_run_refuses_releases_without_their_draws"),
+    Mutant("correlated-with-moving-clip", "correlated noise", "correlated noise accepted with a moving clip norm, a "
+           "count release or automatic scaling (the strategy becomes D⁻¹C)", "dpbench/run/refusals.py",
+           '" and ".join(adaptive_features(method)) or "adaptive clipping": bool(adaptive_features(method)),',
+           '" and ".join(adaptive_features(method)) or "adaptive clipping": False,',
+           first="tests/test_correlated.py::test_correlated_noise_with_adaptive_clipping_is_refused"),
+    Mutant("verify-cyclic-two-releases", "verify", "verify accepts a cyclic record of two releases per step",
+           "dpbench/trust/plan_checks.py", '        if sampler == "cyclic" and k != 1:', "        if False:",
+           first="tests/test_correlated.py::test_verify_refuses_a_cyclic_record_of_two_releases_per_step"),
 ]
 
 

@@ -32,7 +32,9 @@ class BandMF(DPSGD):
 
     Readings taken where the papers leave a choice or this setting differs:
 
-    * The strategy is the banded square root in closed form (Kalinin & Lampert's BSR), not the numerically optimized
+    * The strategy is the banded square root of the prefix-sum workload in closed form (Kalinin & Lampert's BSR with
+      β = 0: their BSR for momentum SGD is the square root of the momentum workload, other coefficients; the
+      sensitivity is computed for the C used, so this choice costs utility, not privacy), not the numerically optimized
       banded strategies of Choquette-Choo et al. 2023 (which optimize C for the momentum workload and the number of
       steps); b = ``bands`` (default 4; b = 1 is DP-SGD with independent noise on the cyclic batches).
     * The papers' workload includes momentum and a learning-rate cooldown; here the momentum is the method's

@@ -29,3 +29,23 @@ def test_a_change_to_the_accounting_code_misses_the_cache(fresh_cache, monkeypat
                         else read(self))
     cache._salt.cache_clear()
     assert cache.memoized("epsilon", (1, 0.5), lambda: 2.0) == 2.0
+
+
+def test_every_privacy_module_the_cached_code_computes_with_is_part_of_the_key():
+    """``privacy/correlated.py`` (banded and tree events, sensitivities) was left out of the key: an edit there kept
+    serving the old ε and σ (hostile review of 26 November 2026). Every ``dpbench.privacy`` module a listed module
+    imports is listed, but the cache itself and the random streams (no ε or σ is computed from them)."""
+    import ast
+
+    package = Path(cache.__file__).parents[1]
+    missing = set()
+    for name in cache.COMPUTED_BY:
+        for node in ast.walk(ast.parse((package / name).read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "dpbench.privacy":
+                imported = {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dpbench.privacy."):
+                imported = {node.module.rsplit(".", 1)[1]}
+            else:
+                continue
+            missing |= {f"privacy/{module}.py" for module in imported - {"cache", "streams"}} - set(cache.COMPUTED_BY)
+    assert not missing

@@ -17,7 +17,7 @@ from scipy import stats
 
 from dpbench import registry
 from dpbench.cli import main
-from dpbench.errors import UsageError
+from dpbench.errors import PrivacyCheckFailed, UsageError
 from dpbench.privacy import accounting, correlated
 from dpbench.privacy.sampling import CyclicSampler, IndexedTensors
 from dpbench.run import engine, multiseed
@@ -277,6 +277,98 @@ def test_a_bandmf_record_is_charged_and_verify_recomputes_it(capsys, one_thread)
     assert any("coefficient_values" in p or "sensitivity" in p for p in verify.check(lie))
 
 
+SKIPPING = '''
+from dpbench.methods.bandmf import BandMF
+
+
+class SkippingBandMF(BandMF):
+    name = "skipping_bandmf"
+    description = "bandmf that makes no release on every fourth step (tests only; the contract allows it)"
+
+    def setup(self):
+        super().setup()
+        self.count = 0
+
+    def step(self, release):
+        self.count += 1
+        if self.count % 4:
+            super().step(release)
+'''
+
+
+def test_a_step_without_a_release_still_advances_the_correlated_noise(tmp_path, capsys, one_thread):
+    """C's rows are indexed by the step: a method that skipped a step's release (allowed: "at most
+    releases_per_step") shifted every later draw up one row, so participations P steps apart came closer than b
+    rows of C (hostile review of 26 November 2026: ε 1.17 where 1 was reported, 1.60 skipping three steps in four).
+    The skipped step's z_t is drawn and w_t formed, never released; the end of the run checks one draw per step."""
+    (tmp_path / "skipping.py").write_text(SKIPPING)
+    record = _run(capsys, "--plugins", str(tmp_path), "--method", "skipping_bandmf", "--task", "breast_cancer",
+                  "--epsilon", "1", "--set", "epochs=6", "--set", "bands=4", "--batch-size", "100")
+    assert record["steps"] == record["gradient_evaluations"] == 6 * (record["n_train"] // 100)
+    assert record["epsilon"] <= 1.0 * (1 + 1e-9) and verify.check(record) == []
+
+
+def test_the_end_of_a_correlated_run_refuses_releases_without_their_draws():
+    module, _, dataset, _ = _module(BandMF, 0.9, 8.0, bands=3)
+    batch = [b[0] for b in CyclicSampler(40, 8, seed=2)][0]
+    module.training_step([dataset.__getitems__([batch])[0]], 0)
+    module.check_correlated_draws()  # one release, one draw per parameter
+    module.releases += 1  # a release charged whose noise was never drawn
+    with pytest.raises(PrivacyCheckFailed, match="out of line"):
+        module.check_correlated_draws()
+
+
+ADAPTIVE = '''
+from dpbench.methods.bandmf import BandMF
+
+
+class MovingBandMF(BandMF):
+    name = "moving_bandmf"
+    description = "bandmf with a moving clip norm (tests only)"
+    moves_clip = True
+
+    def next_clip(self):
+        return 1.0
+
+
+class CountingBandMF(BandMF):
+    name = "counting_bandmf"
+    description = "bandmf with a count release (tests only)"
+    count_release = True
+
+
+class AutomaticBandMF(BandMF):
+    name = "automatic_bandmf"
+    description = "bandmf with automatic clipping (tests only)"
+    clipping = "automatic"
+'''
+
+
+@pytest.mark.parametrize("method, feature", [("moving_bandmf", "moving clip"), ("counting_bandmf", "count"),
+                                             ("automatic_bandmf", "automatic")])
+def test_correlated_noise_with_adaptive_clipping_is_refused(tmp_path, refused, method, feature):
+    """With a clip norm C_t that moves, the strategy is D⁻¹C (D = diag(C_t)), whose column norms are not C's (about 48
+    times the sensitivity accounted with C_t alternating 10 and 0.1; hostile review): refused, as a count release
+    and automatic scaling, which the banded analysis does not cover."""
+    (tmp_path / "adaptive.py").write_text(ADAPTIVE)
+    message = refused("run", "--plugins", str(tmp_path), "--method", method, "--task", "digits")
+    assert "declares banded noise (b = " in message and feature in message, message
+
+
+def test_verify_refuses_a_cyclic_record_of_two_releases_per_step(capsys, one_thread):
+    """A plugin's record (verify does not load it) whose counts say two releases per step, consistent with its plan
+    otherwise (n = 455, B = 56: 8 steps of 2 releases, as 16 of 1), with the cyclic sampler, which the engine refuses
+    (hostile review of 26 November 2026)."""
+    record = _run(capsys, "--method", "bandmf", "--task", "breast_cancer", "--epsilon", "1", "--set", "epochs=2",
+                  "--batch-size", "56")
+    plugin = dict(record, method="someone_elses_bandmf")
+    plugin["run_id"] = record_checks.content_id(plugin)
+    assert verify.check(plugin) == []
+    forged = dict(plugin, steps=record["steps"] // 2)
+    forged["run_id"] = record_checks.content_id(forged)
+    assert any("2 releases per step with the cyclic sampler" in p for p in verify.check(forged)), verify.check(forged)
+
+
 # --- refusals ---------------------------------------------------------------------------------------------------
 
 def test_refusals(refused):
@@ -286,7 +378,7 @@ def test_refusals(refused):
                                     "add-remove")
     assert "fewer" in refused("run", "--method", "bandmf", "--task", "digits", "--set", "bands=1000")
     assert "whole number of bands" in refused("run", "--method", "bandmf", "--task", "digits", "--set", "bands=0")
-    assert "devices" in refused("run", "--method", "bandmf", "--task", "digits", "--devices", "2")
+    assert "shuffled or cyclic batches" in refused("run", "--method", "bandmf", "--task", "digits", "--devices", "2")
     assert "participation schema" in refused("run", "--method", "dpsgd", "--task", "digits", "--sampler", "cyclic")
     assert "only --mode oracle" in refused("tune", "--method", "bandmf", "--task", "digits", "--epsilon", "1")
 

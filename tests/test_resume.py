@@ -92,6 +92,7 @@ def plugin(tmp_path):
     ("ada_dp", "breast_cancer", {"epochs": 2, "adapt_epochs": "1"}),  # two releases per step, η, the schedule
     ("adaclip", "breast_cancer", {"epochs": 2, "batch_size": 128}),  # m and s
     ("bandmf", "breast_cancer", {"epochs": 2, "bands": 4}),  # banded noise's last b − 1 vectors, the cyclic sampler
+    ("dpftrl", "breast_cancer", {"epochs": 2, "batch_size": 50}),  # the tree's node noises, restarted every epoch
     ("dpadam_bc", "breast_cancer", {"epochs": 2, "batch_size": 128}),  # Adam's moments and step count
     ("nonprivate", "breast_cancer", {"epochs": 3, "optimizer": "adam", "batch_size": 128}),  # shuffled batches
     ("jitter_sgd", "jittery_blobs", {}),  # dropout, augmentation, NumPy's and Python's generators

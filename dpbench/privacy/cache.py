@@ -14,8 +14,9 @@ from typing import Callable
 
 from dpbench.data.files import dpbench_home
 
-#: The modules whose functions are memoized here: their source is part of every key.
-COMPUTED_BY = ("privacy/accounting.py", "tuning/accounting.py")  # relative to the dpbench package
+#: The modules whose functions are memoized here, and the accounting modules they compute with: their source is part
+#: of every key (``tests/test_cache.py`` checks that every accounting module they import is listed).
+COMPUTED_BY = ("privacy/accounting.py", "privacy/correlated.py", "tuning/accounting.py")  # relative to dpbench/
 
 
 @functools.cache

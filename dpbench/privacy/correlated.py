@@ -21,7 +21,8 @@ truncated to b bands. Untruncated, C·C = A, the prefix-sum matrix (lower-triang
 ((1 − x)^(−1/2))² = (1 − x)^(−1) = Σ x^j: the square-root factorization of Fichtenberger, Henzinger & Upadhyay 2023
 ("Constant matters: fine-grained error bound on differentially private continual observation", ICML 2023);
 truncated to b bands it is the banded square root of Kalinin & Lampert 2024 ("Banded Square Root Matrix Factorization
-for Differentially Private Model Training", NeurIPS 2024: BSR). The coefficients are in closed form here,
+for Differentially Private Model Training", NeurIPS 2024: BSR, for the prefix-sum workload, i.e. their momentum
+β = 0; their BSR of momentum SGD's workload has other coefficients). The coefficients are in closed form here,
 not optimized (Choquette-Choo et al.'s banded strategies are optimized numerically; this is not that). b = 1 is
 C = I: independent noise, DP-SGD's.
 

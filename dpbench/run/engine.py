@@ -332,6 +332,7 @@ def finish(planned: PlannedRun, module: PrivateTraining, train_seconds: float, w
         if planned.method.private:
             guards.check_sampling(record["sampler"], record["sample_rate"], planned.data.n_train, module.releases,
                                   module.sampled)
+            module.check_correlated_draws()
             spent = planned.releases_charged(module.releases).epsilon(planned.delta, spec.accountant)
             target = record["epsilon_target"]
             if target is not None and spent > target * (1 + 1e-9):

@@ -22,7 +22,8 @@ def check_devices(spec: RunSpec, method: type[Method], sampler_name: str) -> Non
     if spec.devices == 1:
         return
     reasons = {"a non-private method (dpbench shards private releases only)": not method.private,
-               "shuffled batches (Poisson sampling shards; the shuffle accounting does not)": sampler_name != "poisson",
+               "shuffled or cyclic batches (Poisson sampling shards; the shuffle and cyclic accounting do not)":
+                   sampler_name != "poisson",
                "checkpoints (a resume restores one process)": bool(spec.checkpoint_dir)}
     for reason, applies in reasons.items():
         if applies:
@@ -104,7 +105,7 @@ def check_correlation(spec: RunSpec, method: type[Method], hp: dict, sampler_nam
     where the engine does not implement it or cannot combine it (``dpbench.privacy.correlated``): a correlation other
     than ``banded(b)`` and ``tree()``; another sampler than ``cyclic`` (and ``cyclic`` without one); several releases
     per step; automatic scaling, a moving clip norm or a count release; ``--isolate`` (the isolated process does not
-    forward it); several devices (each rank would correlate its own draws). (The tree is accounted by RDP whatever
+    forward it). (Several devices: refused before, by :func:`check_devices`, for the cyclic sampler.) (The tree is accounted by RDP whatever
     the accountant asked: ``dpbench.run.engine.plan``; the record says ``"accountant": "rdp"``.) Batched seeds train one by one (``dpbench.run.multiseed.check_batchable``) and
     private tuning refuses it (``dpbench.tuning.plan``)."""
     from dpbench.privacy import correlated  # imported here: it imports torch and dp-accounting
@@ -132,8 +133,7 @@ def check_correlation(spec: RunSpec, method: type[Method], hp: dict, sampler_nam
                sampler_name != correlated.SAMPLER,
                f"{method.releases_per_step} releases per step": method.releases_per_step != 1,
                " and ".join(adaptive_features(method)) or "adaptive clipping": bool(adaptive_features(method)),
-               "--isolate (the isolated process does not forward it)": spec.isolate,
-               "several devices (each rank would correlate its own draws)": spec.devices != 1}
+               "--isolate (the isolated process does not forward it)": spec.isolate}
     for reason, applies in reasons.items():
         if applies:
             raise UsageError(f"{method.name} declares {what}, which the engine does not support with {reason}")

@@ -89,7 +89,10 @@ def _plan(record: dict[str, Any]) -> tuple[float, int]:
         raise Mismatch(f"sample_rate is {q!r}, but its batch size {batch} of n = {n} gives {batch / n!r}")
     if sampler == "poisson":
         planned = epochs * max(1, round(n / (batch * k)))
-    elif sampler in ("shuffle", "cyclic"):  # cyclic: ⌊n/B⌋ batches of one fixed partition (banded noise, k = 1)
+    elif sampler in ("shuffle", "cyclic"):  # cyclic: ⌊n/B⌋ batches of one fixed partition (correlated noise)
+        if sampler == "cyclic" and k != 1:
+            raise Mismatch(f"{k} releases per step with the cyclic sampler, which the engine refuses (correlated "
+                           f"noise is accounted for one release per step)")
         planned = epochs * (n // (batch * k))
     else:
         raise Mismatch(f"sampler {sampler!r} is not one verify knows")
