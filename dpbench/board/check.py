@@ -2,8 +2,11 @@
 
 Violations (each a line: kind, task, relation, track, method, ε, and the numbers):
 
+* ``above-reference``: a private cell, in any track, above the task's converged non-private reference
+  (:mod:`dpbench.tuning.reference`) by more than two standard errors of the difference (the reference is the
+  minimizer of the loss every method trains: a private cell above it is selection noise on the test set, or a bug);
 * ``above-non-private``: a private cell above the same task's validation-tuned non-private baseline by more than two
-  standard errors of the difference (private training should not beat the tuned non-private reference);
+  standard errors of the difference;
 * ``decreasing``: a method's validation-tuned accuracy dropping by more than two standard errors from one ε to a
   larger one (a tuned method should not get worse with more budget);
 * ``collapsed``: a cell at the test set's majority-class rate (the model predicts one class).
@@ -21,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from dpbench.board.model import Cell, Table
+from dpbench.board.reference import reference as reference_of
 from dpbench.errors import UsageError
 
-KINDS = ("above-non-private", "decreasing", "collapsed")
+KINDS = ("above-reference", "above-non-private", "decreasing", "collapsed")
 
 
 @dataclass(frozen=True)
@@ -53,11 +57,18 @@ def violations(tables: list[Table]) -> list[Violation]:
             continue
         reference = next((cell for (row, column), cell in table.cells.items()
                           if column.kind == "non-private" and row.tuning == "validation"), None)
+        converged = reference_of(table)
         for (row, column), cell in table.cells.items():
             epsilon = None if column.kind == "non-private" else column.epsilon
             if cell.collapsed:
                 found.append(Violation("collapsed", table.task, table.neighbouring, row.tuning, row.method, epsilon,
                                        f"mean {cell.mean:.4f} at the majority-class rate {cell.majority_rate:.4f}"))
+            if converged is not None and column.kind != "non-private":
+                excess, two_se = cell.mean - converged[1].mean, 2 * _se_difference(cell, converged[1])
+                if excess > two_se and excess > 0:
+                    found.append(Violation("above-reference", table.task, table.neighbouring, row.tuning,
+                                           row.method, epsilon, f"{cell.mean:.4f} vs the converged reference "
+                                           f"{converged[1].mean:.4f} (2 SE = {two_se:.4f})"))
             if reference is not None and column.kind != "non-private":
                 excess = cell.mean - reference.mean
                 if excess > 2 * _se_difference(cell, reference) and excess > 0:
