@@ -90,13 +90,14 @@ def _prepared(task: str, plugins: list[str] | None):
 
 def _certificate(task, x: torch.Tensor, y: torch.Tensor, weight: np.ndarray, bias: np.ndarray | None,
                  l2: float) -> tuple[float, float]:
-    """(objective, largest |gradient coordinate|) of the task's objective at (weight, bias), float64 autograd."""
+    """(objective, largest |gradient coordinate|) of the task's objective at (weight, bias) on float64 rows ``x``,
+    by autograd."""
     w = torch.tensor(weight, dtype=torch.float64, requires_grad=True)
     b = None if bias is None else torch.tensor(bias, dtype=torch.float64, requires_grad=True)
-    outputs = x.to(torch.float64) @ w.T + (0 if b is None else b)
+    outputs = x @ w.T + (0 if b is None else b)
     objective = task.per_example_loss(outputs, y).mean() + 0.5 * l2 * w.pow(2).sum()
     grads = torch.autograd.grad(objective, [w] if b is None else [w, b])
-    return float(objective), max(float(g.abs().max()) for g in grads)
+    return float(objective.detach()), max(float(g.abs().max()) for g in grads)
 
 
 def _scores(task, weight: np.ndarray, bias: np.ndarray | None, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
@@ -111,7 +112,8 @@ def _scores(task, weight: np.ndarray, bias: np.ndarray | None, x: torch.Tensor, 
 
 
 def _fit(task, x: torch.Tensor, y: torch.Tensor, l2: float, start=None) -> tuple[Any, dict[str, Any]]:
-    """One L-BFGS solve at ``l2`` (from ``start``'s solution, if given); refused unless converged."""
+    """One L-BFGS solve at ``l2`` on float64 rows ``x`` (from ``start``'s solution, if given); refused unless
+    converged."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
     from threadpoolctl import threadpool_limits
@@ -122,7 +124,7 @@ def _fit(task, x: torch.Tensor, y: torch.Tensor, l2: float, start=None) -> tuple
         estimator.coef_, estimator.intercept_ = start.coef_.copy(), start.intercept_.copy()
     with warnings.catch_warnings(), threadpool_limits(torch.get_num_threads()):
         warnings.simplefilter("ignore", ConvergenceWarning)  # judged below, by the task's own gradient
-        estimator.fit(x.to(torch.float64).numpy(), y.numpy())
+        estimator.fit(x.numpy(), y.numpy())
     if not np.array_equal(estimator.classes_, np.arange(task.classes)):
         raise TuningError(f"reference on {task.name}: the training rows hold classes {estimator.classes_.tolist()}, "
                           f"not 0..{task.classes - 1}")
@@ -166,7 +168,7 @@ def run(task: str, plugins: list[str] | None = None, grid: tuple[float, ...] = L
     data = prepared.data
     record = _record_fields(prepared, data, tuple(grid), settings)
     held = track_split(settings).mask(data.n_train)
-    x_fit, y_fit = data.x_train[~held], data.y_train[~held]
+    x_fit, y_fit = data.x_train[~held].double(), data.y_train[~held]
     x_held, y_held = data.x_train[held], data.y_train[held]
     fits, previous, estimators = [], None, {}
     for l2 in sorted(grid, reverse=True):
@@ -175,7 +177,8 @@ def run(task: str, plugins: list[str] | None = None, grid: tuple[float, ...] = L
         fits.append({**fit, "validation_accuracy": held_out["accuracy"], "validation_loss": held_out["loss"]})
         estimators[l2] = previous
     best = max(fits, key=lambda fit: (fit["validation_accuracy"], -fit["validation_loss"], fit["l2"]))
-    final, refit = _fit(prepared, data.x_train, data.y_train, best["l2"], estimators[best["l2"]])
+    del x_fit
+    final, refit = _fit(prepared, data.x_train.double(), data.y_train, best["l2"], estimators[best["l2"]])
     test = _scores(prepared, *_parameters(prepared, final), data.x_test, data.y_test)
     record["hyperparameters"] = {**record["hyperparameters"], "l2": best["l2"]}
     record["tuning"].update(selected_by=SELECTED_BY, selected_params={"l2": best["l2"]},
