@@ -69,6 +69,7 @@ def test_the_reference_is_the_minimizer_of_the_tasks_own_loss(task, load):
     assert {"data_id", "versions", "code", "git_commit", "ledger_version"} <= set(record)
     assert record["code"]["method"]["file"] == "dpbench/tuning/reference.py"
     assert tuning["config"]["l2_grid"] == list(reference.L2_GRID) and len(tuning["fits"]) == len(reference.L2_GRID)
+    assert tuning["at_grid_edge"] == (l2 in (min(reference.L2_GRID), max(reference.L2_GRID)))
 
 
 def test_the_l2_is_chosen_on_the_validation_tracks_split_never_on_the_test_set(monkeypatch):
@@ -187,7 +188,8 @@ def test_verify_checks_a_references_selection_and_reruns_its_solve(tmp_path, cap
         tampered["run_id"] = store.content_id(tampered)
         return tampered
 
-    other = next(fit["l2"] for fit in record["tuning"]["fits"] if fit["l2"] != record["tuning"]["selected_params"]["l2"])
+    chosen = record["tuning"]["selected_params"]["l2"]
+    other = next(fit["l2"] for fit in record["tuning"]["fits"] if fit["l2"] != chosen)
     chosen_other = edited(lambda r: r["tuning"]["selected_params"].update(l2=other))
     assert any("the held-out scores choose" in p for p in record_checks.check(chosen_other))
     unconverged = edited(lambda r: r["tuning"]["fits"][0].update(max_gradient=1e-3))

@@ -21,8 +21,9 @@ is refitted on all the training data and scored once on the test set, which noth
 Neither the data (a fixed split) nor the held-out part (the track's seed, not the run's) nor the solver depends on a
 seed: the reference is one record (seed 0), whose value the board treats as a constant. Its ``tuning`` (mode
 ``reference``, not private) holds the grid, split, solver, tolerances and every fit's iterations, gradient, objective
-and held-out score; ``dpbench verify`` rechecks the selection from them (:mod:`dpbench.trust.record_checks`) and
-solves again with ``--rerun``.
+and held-out score, and whether the chosen λ is an end of the grid (``at_grid_edge``: on the large tabular sets
+the weakest λ often wins, i.e. the unregularized minimizer); ``dpbench verify`` rechecks the selection from them
+(:mod:`dpbench.trust.record_checks`) and solves again with ``--rerun``.
 """
 from __future__ import annotations
 
@@ -183,7 +184,7 @@ def run(task: str, plugins: list[str] | None = None, grid: tuple[float, ...] = L
     record["hyperparameters"] = {**record["hyperparameters"], "l2": best["l2"]}
     record["tuning"].update(selected_by=SELECTED_BY, selected_params={"l2": best["l2"]},
                             selected_score=best["validation_accuracy"], fits=fits, refit=refit,
-                            validation_rows=int(held.sum()))
+                            validation_rows=int(held.sum()), at_grid_edge=best["l2"] in (min(grid), max(grid)))
     record.update(metrics={"test_accuracy": test["accuracy"], "test_loss": test["loss"]},
                   train_seconds=time.perf_counter() - started, threads=torch.get_num_threads(),
                   weights_sha256=_weights_hash(final))
@@ -205,8 +206,9 @@ def summary(record: dict[str, Any]) -> str:
     tuning = record["tuning"]
     fits = ", ".join(f"{fit['l2']:g}: {fit['validation_accuracy']:.4f} ({fit['iterations']} it.)"
                      for fit in tuning["fits"])
+    edge = " (an end of the grid: a wider grid may choose otherwise)" if tuning["at_grid_edge"] else ""
     return (f"reference on {record['task']} (data {record['data_id']}, n = {record['n_train']:,}): "
-            f"{SOLVER}, l2 chosen {tuning['selected_params']['l2']:g}\n"
+            f"{SOLVER}, l2 chosen {tuning['selected_params']['l2']:g}{edge}\n"
             f"  held-out accuracy by l2 ({tuning['validation_rows']:,} rows): {fits}\n"
             f"  refit on all training rows: {tuning['refit']['iterations']} iterations, largest gradient coordinate "
             f"{tuning['refit']['max_gradient']:.2g}\n"
