@@ -278,6 +278,22 @@ def task_size(name: str, plugin_folders: list[Path]) -> tuple[int, frozenset[str
     return None if bound in (None, UNKNOWN) or options is UNKNOWN else (bound, options)
 
 
+def task_derives(name: str, base: str, plugin_folders: list[Path]) -> bool | None:
+    """Whether task ``name`` is a subclass of the class ``base`` (qualified, e.g.
+    ``dpbench.tasks.linear.LinearClassification``), or None where its files do not say with certainty."""
+    try:
+        registered, classes = _scan(tuple(plugin_folders))
+    except Unsure:
+        return None
+    if name not in registered["task"]:
+        return None
+    lineage = _lineage(registered["task"][name], classes)
+    if base in lineage:
+        return True
+    unread = {b for c in lineage if c not in ROOTS for b in classes[c].bases} - set(lineage) - ROOTS
+    return False if all(b.startswith("dpbench.") and not b.startswith("dpbench.tasks.") for b in unread) else None
+
+
 def plugin_folders(option: list[str] | None = None) -> list[Path]:
     """The plugin folders of ``DPBENCH_PLUGINS`` and ``--plugins`` (as :func:`dpbench.registry.plugin_dirs`)."""
     from_env = [p for p in os.environ.get("DPBENCH_PLUGINS", "").split(os.pathsep) if p]

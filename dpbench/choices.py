@@ -8,6 +8,7 @@ NEIGHBOURING = ("add-remove", "replace-one")  # dpbench.privacy.accounting
 CLIPPING = ("fast", "reference")  # dpbench.run.engine: ghost norms, or materialized per-example gradients (vmap)
 GAUSSIAN_SAMPLERS = ("fast", "torch")  # dpbench.privacy.noise: ``fast`` dpbench's sampler on the CPU, PyTorch's elsewhere
 TUNING_MODES = ("random-stopping", "adaptive", "oracle")  # dpbench.tuning.tune
+REFERENCE_MODE = "reference"  # dpbench.tuning.reference: the converged non-private references
 SEARCH_SAMPLERS = ("random", "tpe", "qmc")  # dpbench.tuning.trials: Optuna samplers
 K_DISTRIBUTIONS = ("negative-binomial", "poisson")  # dpbench.tuning.accounting
 BOARD_FORMATS = ("md", "html", "csv", "jsonl")  # dpbench.board.leaderboard

@@ -2,6 +2,9 @@
 
 Violations (each a line: kind, task, relation, track, method, ε, and the numbers), in every track:
 
+* ``above-reference``: a private cell, in any track, above the task's converged non-private reference
+  (:mod:`dpbench.tuning.reference`) by more than two standard errors of the difference (the reference is the
+  minimizer of the loss every method trains: a private cell above it is selection noise on the test set, or a bug);
 * ``above-non-private``: a private cell above the same task's validation-tuned non-private baseline by more than two
   standard errors of the difference (private training should not beat the tuned non-private reference);
 * ``decreasing``: a method's mean at some ε below its mean at a smaller ε (any two, not only neighbours) by more than
@@ -24,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from dpbench.board.model import Cell, Table
+from dpbench.board.reference import reference as reference_of
 from dpbench.errors import UsageError
 
-KINDS = ("above-non-private", "decreasing", "collapsed", "below-majority", "wide-interval")
+KINDS = ("above-reference", "above-non-private", "decreasing", "collapsed", "below-majority", "wide-interval")
 WIDEST_INTERVAL = 0.1
 _BELOW = 1e-9  # a mean this far under the rate is below it (not float rounding of equal accuracies)
 
@@ -91,12 +95,19 @@ def violations(tables: list[Table]) -> list[Violation]:
             continue
         reference = next((cell for (row, column), cell in table.cells.items()
                           if column.kind == "non-private" and row.tuning == "validation"), None)
+        converged = reference_of(table)
         by_row: dict[Any, list[tuple[float, Cell]]] = {}
         for (row, column), cell in table.cells.items():
             private = column.kind != "non-private"
             epsilon = column.epsilon if private else None
             found += [Violation(kind, table.task, table.neighbouring, row.tuning, row.method, epsilon, detail)
                       for kind, detail in _cell_violations(cell, reference, private)]
+            if converged is not None and private:
+                excess, two_se = cell.mean - converged[1].mean, 2 * _se_difference(cell, converged[1])
+                if excess > two_se and excess > 0:
+                    found.append(Violation("above-reference", table.task, table.neighbouring, row.tuning,
+                                           row.method, epsilon, f"{cell.mean:.4f} vs the converged reference "
+                                           f"{converged[1].mean:.4f} (2 SE = {two_se:.4f})"))
             if column.kind == "target":
                 by_row.setdefault(row, []).append((column.epsilon, cell))
         for row, points in by_row.items():

@@ -9,9 +9,10 @@ import html
 import io
 from typing import Any
 
+from dpbench.board import reference
 from dpbench.board.model import TRACK_NOTES, Cell, Table, metric_name, tuning_label, tuning_mode
 from dpbench.board.text import (LEGEND, TRIVIAL, anchor, best_text, explanation, fmt_or_dash, published_notes,
-                                published_rows, published_text, unmatched_lines, value_text)
+                                published_rows, published_text, reference_text, unmatched_lines, value_text)
 from dpbench.board.published import PublishedResult
 
 #: One colour per method on every plot: the built-in methods in a fixed order, others by a hash of their name.
@@ -35,6 +36,7 @@ span.mark { color: #0a5; }
 div.scroll { overflow-x: auto; }
 table.runs { font-size: 12px; }
 tr.published td { background: #f6f3e8; font-style: italic; color: #555; }
+tr.reference td { background: #eef2fa; color: #333; }
 tr.published .detail { font-size: 12px; }
 details.runs summary { color: #36c; cursor: pointer; font-size: 12px; }
 details.runs a { font-family: monospace; font-size: 12px; display: block; }
@@ -52,37 +54,47 @@ def method_colour(method: str) -> str:
                                                                                                  len(METHOD_ORDER))]
 
 
-def _cell_html(cell: Cell, mark: str | None) -> str:
+def _cell_html(cell: Cell, mark: str | None, cost: str = "", text: str | None = None) -> str:
+    """A cell: its value (or ``text``), marks, runs, and in its tooltip the interval and the privacy ``cost``."""
     links = "".join(f'<a href="#run-{html.escape(run_id)}">{html.escape(run_id)}</a>' for run_id in cell.run_ids)
     interval = cell.ci95
-    title = (f"95% interval [{interval[0]:.4f}, {interval[1]:.4f}], sd {cell.std:.4f}" if interval else "one seed")
+    title = "; ".join(part for part in [f"95% interval [{interval[0]:.4f}, {interval[1]:.4f}], sd {cell.std:.4f}"
+                                        if interval else "one seed", cost] if part)
     if cell.trivial_p is not None:
         title += f"; one-sided p above the majority-class rate {cell.majority_rate:.4f}: {cell.trivial_p:.3g}"
     trivial = cell.not_above_trivial
     classes = " ".join(["value", *([mark] if mark and not trivial else []), *(["trivial"] if trivial else [])])
-    return (f'<td class="{classes}" title="{html.escape(title)}">{html.escape(value_text(cell, mark))}'
+    return (f'<td class="{classes}" title="{html.escape(title)}">{html.escape(text or value_text(cell, mark))}'
             + (f"<small>{TRIVIAL}</small>" if trivial else "")
             + f'<details class="runs"><summary>n = {cell.n_seeds}</summary>{links}</details></td>')
 
 
 def _track_table(table: Table, track: str) -> str:
-    columns, comparisons, labels = table.columns, table.comparisons(), table.row_labels()
+    columns, comparisons, labels = reference.columns(table), table.comparisons(), table.row_labels()
     marks = {column: comparisons.get((track, column), ({}, {}))[0] for column in columns}
     head = "".join(f"<th>{html.escape(text)}</th>" for text in
                    ["method", "sampler", "accountant", *(c.label for c in columns)])
     body = []
     for row in table.rows(track):
-        label = html.escape(labels[row])
+        label = html.escape(reference.row_label(table, row, labels[row]))
         if row.external:
             label += ' <span class="plugin">external plugin</span>'
-        cells = "".join(_cell_html(table.cells[row, c], marks[c].get(row)) if (row, c) in table.cells
-                        else "<td></td>" for c in columns)
+        cells = "".join(_cell_html(table.cells[row, c], marks[c].get(row),
+                                   reference.cost_text(reference.privacy_cost(table, table.cells[row, c]))
+                                   if c.kind != "non-private" else "")
+                        if (row, c) in table.cells else "<td></td>" for c in columns)
         body.append(f'<tr class="measured" data-track="{html.escape(track)}" data-method="{html.escape(row.method)}">'
                     f"<td>{label}</td><td>{html.escape(row.sampler)}</td>"
                     f"<td>{html.escape(row.accountant or '—')}</td>{cells}</tr>")
     if table.direction is not None:
         body.append('<tr class="best"><td colspan="3">winner (▲) or not significantly below the best (≈)</td>'
                     + "".join(f"<td>{html.escape(best_text(marks[c], labels))}</td>" for c in columns) + "</tr>")
+    if (found := reference.reference(table)) is not None:
+        cells = "".join(_cell_html(found[1], None, text=reference_text(found[1])) if c == reference.NON_PRIVATE
+                        else "<td></td>" for c in columns)
+        body.append(f'<tr class="reference" data-track="{html.escape(track)}" data-method="reference">'
+                    f"<td>{html.escape(reference.LABEL)}</td><td>{html.escape(found[0].sampler)}</td><td>—</td>"
+                    f"{cells}</tr>")
     return (f'<h3>{html.escape(tuning_label(track))}</h3><p class="explain">{html.escape(TRACK_NOTES.get(track, ""))}'
             f'</p><div class="scroll"><table class="leaderboard" data-track="{html.escape(track)}"><thead><tr>{head}'
             f'</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
@@ -128,11 +140,14 @@ def _plot_svg(table: Table, salt: str) -> str | None:
                               [max(0.0, cell.ci95[1] - cell.mean) if cell.ci95 else 0.0 for _, cell in points]]
                     axes.errorbar([eps for eps, _ in points], [cell.mean for _, cell in points], yerr=errors,
                                   color=colour, marker="o", markersize=4, capsize=3, label=labels[row])
-            reference = [(row, cell) for (row, column), cell in table.cells.items()
+            baselines = [(row, cell) for (row, column), cell in table.cells.items()
                          if column.kind == "non-private" and row.tuning == track]
-            for row, cell in reference:
+            for row, cell in baselines:
                 axes.axhline(cell.mean, color=method_colour(row.method), linestyle="--", linewidth=1,
-                             label=f"{labels[row]} (non-private)")
+                             label=f"{labels[row]} (non-private, same budget)")
+            if (converged := reference.reference(table)) is not None:
+                axes.axhline(converged[1].mean, color="#555555", linestyle=":", linewidth=1.5,
+                             label=reference.LABEL)
             sources = sorted({entry.source for entry in table.published})
             for _, by_column in published_rows(table):
                 entries = list(by_column.values())
@@ -225,7 +240,7 @@ def to_html(tables: list[Table], unmatched: list[PublishedResult], methods: dict
         parts.append(f'<section class="task" id="{anchor(table)}"><h2>{html.escape(table.title())}</h2>')
         parts.append(f'<p class="explain">{html.escape(explanation(table))}</p>')
         parts += [f'<p class="explain">Data: {html.escape(note)}</p>' for note in table.data_notes]
-        parts += [_track_table(table, track) for track in table.tracks]
+        parts += [_track_table(table, track) for track in reference.tracks(table)]
         if table.published:
             parts.append(_published_table(table))
             parts.append('<ul class="notes">' + "".join(f"<li>{html.escape(note)}</li>"

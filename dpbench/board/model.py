@@ -30,6 +30,9 @@ How runs are grouped, so that no cell mixes runs that are not comparable:
   A passed audit never makes an in-process plugin verified: a plugin can behave differently under audit.
 * The seed papers' published figures (:mod:`dpbench.board.published`) are rows of their own, never averaged with
   measurements and never ranked.
+* The converged non-private references (:mod:`dpbench.tuning.reference`, tuning mode ``reference``) are no track:
+  they are held apart (``Table.references``), in every table of their task, data id and metric, never ranked; what
+  the board shows of them is :mod:`dpbench.board.reference`.
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ from typing import Any
 
 from dpbench.board import stats
 from dpbench.board.published import PUBLISHED, PublishedResult
+from dpbench.choices import REFERENCE_MODE
 from dpbench.errors import UsageError
 from dpbench.trust.marks import AuditEvidence, plugin_mark
 
@@ -231,6 +235,7 @@ class Table:
     published: list[PublishedResult] = field(default_factory=list)
     #: the audits of external plugins (``dpbench.trust.audit.audit_status``)
     audits: AuditEvidence = field(default_factory=AuditEvidence)
+    references: dict[Row, Cell] = field(default_factory=dict)  # the task's converged non-private references
 
     @property
     def direction(self) -> str | None:
@@ -242,7 +247,7 @@ class Table:
 
     @property
     def runs(self) -> list[dict[str, Any]]:
-        return [run for cell in self.cells.values() for run in cell.runs]
+        return [run for cell in [*self.cells.values(), *self.references.values()] for run in cell.runs]
 
     @property
     def tracks(self) -> list[str]:
@@ -321,15 +326,28 @@ def published_column(entry: PublishedResult) -> Column:
     return Column(_round_significant(entry.epsilon, 10), "target")
 
 
+def _hosts(tables: list[Table], task: str, data_id: str, metric: str) -> list[Table]:
+    """The tables of a task, data id and metric, where its non-private rows go; a new one if there are none."""
+    hosts = [table for table in tables if (table.task, table.data_id, table.metric) == (task, data_id, metric)]
+    if not hosts:
+        hosts = [Table(task, data_id, None, metric)]
+        tables.append(hosts[0])
+    return hosts
+
+
 def build_tables(records: list[dict[str, Any]], published: list[PublishedResult] = PUBLISHED,
                  audits: AuditEvidence | None = None) -> list[Table]:
     """Group records into tables (see the module docstring) and attach the published figures of their tasks and
     the audits of external plugins."""
     private: dict[tuple, Table] = {}
     nonprivate: dict[tuple[str, str, str], dict[tuple[Row, Column], Cell]] = defaultdict(dict)
+    references: dict[tuple[str, str, str], dict[Row, Cell]] = defaultdict(dict)
     for record in records:
         metric = metric_name(record)
         key = (row_of(record), epsilon_column(record))
+        if tuning_mode(record) == REFERENCE_MODE:
+            references[record["task"], record["data_id"], metric].setdefault(key[0], Cell(metric)).runs.append(record)
+            continue
         if record["private"]:
             delta = _round_significant(record["delta"], 10)
             relation = record.get("neighbouring") or "add-remove"
@@ -340,13 +358,12 @@ def build_tables(records: list[dict[str, Any]], published: list[PublishedResult]
             cells = nonprivate[record["task"], record["data_id"], metric]
         cells.setdefault(key, Cell(metric)).runs.append(record)
     tables = list(private.values())
-    for (task, data_id, metric), cells in nonprivate.items():
-        hosts = [table for table in tables if (table.task, table.data_id, table.metric) == (task, data_id, metric)]
-        if not hosts:
-            hosts = [Table(task, data_id, None, metric)]
-            tables.append(hosts[0])
-        for table in hosts:
+    for key, cells in nonprivate.items():
+        for table in _hosts(tables, *key):
             table.cells.update(cells)  # the same Cell objects: one group, shown in several tables
+    for key, found in references.items():
+        for table in _hosts(tables, *key):
+            table.references = found
     for table in tables:
         table.published = [entry for entry in published if (entry.task, entry.metric) == (table.task, table.metric)]
         table.audits = audits or AuditEvidence()

@@ -3,10 +3,12 @@
 A grid is a JSON file::
 
     {"tasks": [...], "methods": [...], "epsilons": [...], "seeds": 5,
-     "tracks": ["none", "validation", "random-stopping"], "trials": 16, "neighbouring": "replace-one"}
+     "tracks": ["none", "validation", "random-stopping"], "trials": 16, "neighbouring": "replace-one",
+     "reference": true}
 
-``tracks`` (default ``["none"]``), ``trials`` (default 16) and ``neighbouring`` (default: each method's own) are
-optional. The tracks, every method treated alike:
+``tracks`` (default ``["none"]``), ``trials`` (default 16), ``neighbouring`` (default: each method's own) and
+``reference`` (default false: each task's converged non-private reference, :mod:`dpbench.tuning.reference`, one
+record per task) are optional. The tracks, every method treated alike:
 
 * ``none``: the method's defaults with the task's epochs and batch size, one run per seed, as ``dpbench run``;
 * ``validation``: ``trials`` configurations drawn from the method's search space, selected on held-out training
@@ -43,6 +45,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from dpbench import registry
 from dpbench import threads as dpbench_threads
+from dpbench.choices import REFERENCE_MODE
 from dpbench.data import stages
 from dpbench.errors import TuningError, UsageError
 from dpbench.method import ReleaseMethod
@@ -52,10 +55,11 @@ from dpbench.results.identity import identity as record_identity
 from dpbench.results.records import check_stored
 from dpbench.run import allocator, engine, multiseed
 from dpbench.spec import RunSpec
-from dpbench.tuning import released, tune, validation
+from dpbench.tuning import reference, released, tune, validation
 
 TRACKS = ("none", "validation", "random-stopping")
-GRID_KEYS = {"tasks", "methods", "epsilons", "seeds", "tracks", "trials", "neighbouring"}
+GRID_KEYS = {"tasks", "methods", "epsilons", "seeds", "tracks", "trials", "neighbouring", "reference"}
+DEFAULTS = {"tracks": ["none"], "trials": 16, "neighbouring": None, "reference": False}
 
 
 def _names(value: Any) -> bool:
@@ -75,6 +79,7 @@ GRID_FIELDS = {
         isinstance(e, (int, float)) and not isinstance(e, bool) and 0 < e < float("inf") for e in v)),
     "seeds": ("a whole number from 1 to 10000 (how many seeds: 0, 1, ... run)", _count),
     "trials": ("a whole number from 1 to 10000 (configurations or the mean of K per cell)", _count),
+    "reference": ("true or false (each task's converged non-private reference)", lambda v: isinstance(v, bool)),
 }
 
 
@@ -105,7 +110,7 @@ def load_grid(path: str) -> dict[str, Any]:
         raise UsageError(f"grid {path}: " + "; ".join(
             part for part in [f"lacks {', '.join(sorted(missing))}" if missing else "",
                               f"unknown keys {', '.join(sorted(unknown))}" if unknown else ""] if part))
-    grid = {"tracks": ["none"], "trials": 16, "neighbouring": None, **grid}
+    grid = {**DEFAULTS, **grid}
     for key, (takes, valid) in GRID_FIELDS.items():
         if not valid(grid[key]):
             raise UsageError(f"grid {path}: {key} must be {takes}, got {json.dumps(grid[key])[:80]}")
@@ -117,9 +122,10 @@ def load_grid(path: str) -> dict[str, Any]:
 
 
 def cells(grid: dict[str, Any]) -> list[Cell]:
-    grid = {"tracks": ["none"], "trials": 16, "neighbouring": None, **grid}
+    grid = {**DEFAULTS, **grid}
     methods = registry.methods()
-    found = []
+    found = [Cell(REFERENCE_MODE, task, REFERENCE_MODE, None, (0,), 0, None)
+             for task in grid["tasks"] if grid["reference"]]
     for track in grid["tracks"]:
         for task in grid["tasks"]:
             for method in grid["methods"]:
@@ -153,6 +159,8 @@ def identity(cell: Cell) -> str:
     """The identity (:func:`dpbench.results.identity.identity`) the cell's records would have; UsageError if refused."""
     spec = RunSpec(method=cell.method, task=cell.task, epsilon=cell.epsilon, neighbouring=cell.neighbouring,
                    progress_bar=False)
+    if cell.track == REFERENCE_MODE:
+        return reference.describe(cell.task)
     if cell.track == "none":
         return engine.describe(spec)
     if cell.track == "validation":
@@ -174,6 +182,8 @@ def run_cell(cell: Cell) -> tuple[Cell, list[dict[str, Any]], str | None]:
     here: the caller (the sweep's client) stores the records, so that workers on other machines need no shared
     disk and a cell run twice (its worker died) is stored once."""
     try:
+        if cell.track == REFERENCE_MODE:
+            return cell, [reference.run(cell.task, append_to_store=False)], None
         if cell.track == "none":
             spec = RunSpec(method=cell.method, task=cell.task, epsilon=cell.epsilon, neighbouring=cell.neighbouring,
                            progress_bar=False, no_wandb=True, append_to_store=False)
@@ -193,8 +203,10 @@ def run_cell(cell: Cell) -> tuple[Cell, list[dict[str, Any]], str | None]:
 # ---- the grid --------------------------------------------------------------------------------------------------
 
 def _cost(cell: Cell, methods: dict[str, type]) -> tuple[int, int]:
-    """Order of the jobs: full-data methods (the longest) first, tuned cells before untuned ones, so that the
-    workers end together."""
+    """Order of the jobs: references and full-data methods (the longest) first, tuned cells before untuned ones, so
+    that the workers end together."""
+    if cell.track == REFERENCE_MODE:
+        return (0, -len(TRACKS))
     method = methods[cell.method]
     return (0 if issubclass(method, ReleaseMethod) or method.full_batch else 1, -TRACKS.index(cell.track))
 

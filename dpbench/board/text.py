@@ -6,14 +6,17 @@ import io
 import math
 from collections import defaultdict
 
+from dpbench.board import reference
 from dpbench.board.model import (NOT_PRIVATE_TUNING, TRACK_NOTES, Cell, Column, Row, Table, published_column,
                                  tuning_label)
 from dpbench.board.published import PublishedResult
+from dpbench.choices import REFERENCE_MODE
 
 CSV_COLUMNS = ["task", "data_id", "method", "epsilon", "epsilon_kind", "delta", "neighbouring", "tuning", "tuning_note",
                "accountant", "sampler", "hyperparameters", "external_plugin", "code_sha256", "metric", "direction",
                "mean", "std", "se", "ci95_low", "ci95_high", "n_seeds", "leader", "p_below_best_holm",
-               "not_above_trivial", "p_above_trivial", "majority_rate", "run_ids"]
+               "not_above_trivial", "p_above_trivial", "majority_rate", "privacy_cost", "privacy_cost_low",
+               "privacy_cost_high", "run_ids"]
 MARKS = {"winner": "▲", "tied": "≈"}
 TRIVIAL = "not above trivial"
 LEGEND = ("Cells: mean over seeds [95% interval], n = number of seeds; accuracies' intervals are Student's t on the "
@@ -23,7 +26,10 @@ LEGEND = ("Cells: mean over seeds [95% interval], n = number of seeds; accuracie
           "otherwise ≈ it and the cells not significantly below it (the column's last row names them). "
           f"\"{TRIVIAL}\" (greyed): not significantly above the test set's majority-class rate (one-sided "
           "one-sample t-test over seeds, α = 0.05); such cells and cells of one seed are never marked. Rows are not "
-          "ranked, and tracks are not compared with each other.")
+          "ranked, and tracks are not compared with each other. The reference row, in every track, is the "
+          "converged non-private minimizer of the same loss and model (its L2 strength chosen on the validation "
+          "track's held-out data), never marked; a private cell's privacy cost is reference − cell, with a 95% "
+          "interval (the CSV, and the page's tooltips).")
 
 
 def value_text(cell: Cell, mark: str | None = None) -> str:
@@ -38,6 +44,12 @@ def best_text(marks: dict[Row, str], labels: dict[Row, str]) -> str:
         return ""
     mark = next(iter(marks.values()))
     return f"{MARKS[mark]} " + ", ".join(sorted(labels[row] for row in marks))
+
+
+def reference_text(cell: Cell) -> str:
+    """A reference cell: its value and the L2 strength its solve chose."""
+    chosen = sorted({run["hyperparameters"].get("l2") for run in cell.runs}, key=str)
+    return f"{cell.mean:.4g} (l2 = {', '.join(map(str, chosen))}, n = {cell.n_seeds})"
 
 
 def published_text(entry: PublishedResult) -> str:
@@ -116,22 +128,28 @@ def to_markdown(tables: list[Table], unmatched: list[PublishedResult]) -> str:
     lines = ["# dpbench leaderboard", "", "Contents:", ""]
     lines += [f"- [{table.title()}](#{anchor(table)})" for table in tables] + [""]
     for table in tables:
-        columns, comparisons, labels = table.columns, table.comparisons(), table.row_labels()
+        columns, comparisons, labels = reference.columns(table), table.comparisons(), table.row_labels()
+        found = reference.reference(table)
         lines += [f'<a id="{anchor(table)}"></a>', "", f"## {table.title()}", "", explanation(table), ""]
         lines += [f"Data: {note}" for note in table.data_notes] + ([""] if table.data_notes else [])
-        for track in table.tracks:
+        for track in reference.tracks(table):
             lines += [f"### {tuning_label(track)}", "", TRACK_NOTES.get(track, ""), ""]
             lines.append("| method | sampler | accountant | " + " | ".join(c.label for c in columns) + " |")
             lines.append("| --- " * (3 + len(columns)) + "|")
             marks = {column: comparisons.get((track, column), ({}, {}))[0] for column in columns}
             for row in table.rows(track):
                 cells = [_md_cell(table.cells.get((row, column)), marks[column].get(row)) for column in columns]
+                label = reference.row_label(table, row, labels[row])
                 lines.append("| " + " | ".join(_md_escape(text) for text in
-                                               [labels[row], row.sampler, row.accountant or "—", *cells]) + " |")
+                                               [label, row.sampler, row.accountant or "—", *cells]) + " |")
             if table.direction is not None:
                 lines.append("| " + " | ".join(_md_escape(text) for text in [
                     "*winner (▲) or not significantly below the best (≈)*", "", "",
                     *(best_text(marks[column], labels) for column in columns)]) + " |")
+            if found is not None:
+                cells = [reference_text(found[1]) if column == reference.NON_PRIVATE else "" for column in columns]
+                lines.append("| " + " | ".join(_md_escape(text) for text in
+                                               [reference.LABEL, found[0].sampler, "—", *cells]) + " |")
             lines.append("")
         if table.published:
             lines.append("| published | | | " + " | ".join(c.label for c in columns) + " |")
@@ -143,6 +161,8 @@ def to_markdown(tables: list[Table], unmatched: list[PublishedResult]) -> str:
             lines += ["", "Published figures (not measured here, not ranked):", ""]
             lines += [f"- {note}" for note in published_notes(table.published)] + [""]
         lines += ["Runs per cell:", ""]
+        lines += [f"- {reference.LABEL} · {row.sampler}: " + ", ".join(f"`{run_id}`" for run_id in cell.run_ids)
+                  for row, cell in table.references.items()]
         for row in table.rows():
             for column in columns:
                 cell = table.cells.get((row, column))
@@ -158,42 +178,55 @@ def to_markdown(tables: list[Table], unmatched: list[PublishedResult]) -> str:
     return "\n".join(lines)
 
 
+def _csv_line(table: Table, row: Row, column: Column, cell: Cell, marks: dict[Row, str],
+              adjusted: dict[Row, float]) -> dict[str, object]:
+    """A cell's CSV line: ``marks`` and ``adjusted`` (Holm-adjusted p below the best) of its track and column."""
+    interval, cost = cell.ci95, reference.privacy_cost(table, cell) if column.kind != "non-private" else None
+    cost_interval = cost[1] if cost else None
+    return {
+        "task": table.task, "data_id": table.data_id, "method": row.method,
+        "epsilon": "inf" if column.kind == "non-private" else repr(column.epsilon), "epsilon_kind": column.kind,
+        "delta": "" if column.kind == "non-private" else repr(table.delta),
+        "neighbouring": "" if column.kind == "non-private" else table.neighbouring,
+        "tuning": row.tuning, "tuning_note": NOT_PRIVATE_TUNING if row.tuning == "oracle" else
+        f"{reference.LABEL}: {reference_text(cell)}" if row.tuning == REFERENCE_MODE else "",
+        "accountant": row.accountant, "sampler": row.sampler,
+        "hyperparameters": row.hyperparameters, "external_plugin": row.external, "code_sha256": row.code,
+        "metric": table.metric, "direction": table.direction or "", "mean": repr(cell.mean),
+        "std": "" if cell.std is None else repr(cell.std), "se": "" if cell.se is None else repr(cell.se),
+        "ci95_low": "" if interval is None else repr(interval[0]),
+        "ci95_high": "" if interval is None else repr(interval[1]),
+        "n_seeds": cell.n_seeds, "leader": marks.get(row, ""),
+        "p_below_best_holm": repr(adjusted[row]) if row in adjusted else "",
+        "not_above_trivial": cell.not_above_trivial,
+        "p_above_trivial": "" if cell.trivial_p is None else repr(cell.trivial_p),
+        "majority_rate": "" if cell.majority_rate is None else repr(cell.majority_rate),
+        "privacy_cost": "" if cost is None else repr(cost[0]),
+        "privacy_cost_low": "" if cost_interval is None else repr(cost_interval[0]),
+        "privacy_cost_high": "" if cost_interval is None else repr(cost_interval[1]),
+        "run_ids": " ".join(cell.run_ids),
+    }
+
+
 def to_csv(tables: list[Table]) -> str:
-    """One line per measured cell (a non-private cell shown in several tables is written once)."""
+    """One line per measured cell (a non-private cell shown in several tables is written once), and one per
+    reference (method ``reference``, never ranked)."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     written: set[int] = set()
     for table in tables:
         comparisons = table.comparisons()
+        found = [(row, reference.NON_PRIVATE, cell, ({}, {})) for row, cell in table.references.items()]
         for row in table.rows():
             for column in table.columns:
                 cell = table.cells.get((row, column))
-                if cell is None or id(cell) in written:
-                    continue
+                if cell is not None:
+                    found.append((row, column, cell, comparisons.get((row.tuning, column), ({}, {}))))
+        for row, column, cell, marks in found:
+            if id(cell) not in written:
                 written.add(id(cell))
-                interval = cell.ci95
-                marks, adjusted = comparisons.get((row.tuning, column), ({}, {}))
-                writer.writerow({
-                    "task": table.task, "data_id": table.data_id, "method": row.method,
-                    "epsilon": "inf" if column.kind == "non-private" else repr(column.epsilon),
-                    "epsilon_kind": column.kind,
-                    "delta": "" if column.kind == "non-private" else repr(table.delta),
-                    "neighbouring": "" if column.kind == "non-private" else table.neighbouring,
-                    "tuning": row.tuning, "tuning_note": NOT_PRIVATE_TUNING if row.tuning == "oracle" else "",
-                    "accountant": row.accountant, "sampler": row.sampler,
-                    "hyperparameters": row.hyperparameters, "external_plugin": row.external, "code_sha256": row.code,
-                    "metric": table.metric, "direction": table.direction or "", "mean": repr(cell.mean),
-                    "std": "" if cell.std is None else repr(cell.std), "se": "" if cell.se is None else repr(cell.se),
-                    "ci95_low": "" if interval is None else repr(interval[0]),
-                    "ci95_high": "" if interval is None else repr(interval[1]),
-                    "n_seeds": cell.n_seeds, "leader": marks.get(row, ""),
-                    "p_below_best_holm": repr(adjusted[row]) if row in adjusted else "",
-                    "not_above_trivial": cell.not_above_trivial,
-                    "p_above_trivial": "" if cell.trivial_p is None else repr(cell.trivial_p),
-                    "majority_rate": "" if cell.majority_rate is None else repr(cell.majority_rate),
-                    "run_ids": " ".join(cell.run_ids),
-                })
+                writer.writerow(_csv_line(table, row, column, cell, *marks))
     return buffer.getvalue()
 
 

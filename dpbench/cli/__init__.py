@@ -1,6 +1,6 @@
 """The ``dpbench`` command: ``run``, ``tune``, ``federated``, ``list``, ``privacy``, ``sweep``, ``leaderboard``,
-``audit``, ``verify``, ``runs``, ``show``. Bad input: one line on stderr, exit 2; a tuning study that cannot release
-anything: one line, exit 1.
+``reference``, ``audit``, ``verify``, ``runs``, ``show``. Bad input: one line on stderr, exit 2; a tuning study that
+cannot release anything, or a reference that does not converge: one line, exit 1.
 
 Here the dispatch; the parser is :mod:`dpbench.cli.parser`, the refusals made before anything heavy is imported
 :mod:`dpbench.cli.refusals`, and what each command does :mod:`dpbench.cli.commands`."""
@@ -13,8 +13,8 @@ import sys
 # Only light modules here: --help, list and the refusals of bad input must not wait for PyTorch, Lightning, W&B
 # or Optuna (seconds); each command imports what it needs (tests/test_cli.py checks which modules load).
 from dpbench import threads
-from dpbench.cli.commands import (_audit, _federated, _federated_summary, _names, _privacy, _run, _summary, _tune,
-                                  _tune_summary, _verify)
+from dpbench.cli.commands import (_audit, _federated, _federated_summary, _names, _privacy, _reference, _run,
+                                  _summary, _tune, _tune_summary, _verify)
 from dpbench.cli.parser import _parser
 from dpbench.cli.refusals import _refuse
 from dpbench.data import stages
@@ -22,7 +22,7 @@ from dpbench.data.files import DataError
 from dpbench.errors import PrivacyCheckFailed, RegistryError, TuningError, UsageError
 from dpbench.run import allocator
 
-TRAINING = ("run", "tune", "audit", "sweep", "federated")  # the commands that train: threads, progress lines
+TRAINING = ("run", "tune", "audit", "sweep", "federated", "reference")  # commands that train: threads, progress
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
             from dpbench.board import leaderboard
 
             leaderboard.write(args.format, args.task, args.out, args.from_wandb, args.records)
+        elif args.command == "reference":
+            record = _reference(args)
+            from dpbench.tuning import reference
+
+            print(json.dumps(record) if args.json else reference.summary(record))
         elif args.command == "tune":
             record = _tune(args)
             print(json.dumps(record) if args.json else _tune_summary(record))

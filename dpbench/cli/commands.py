@@ -51,6 +51,21 @@ def _run(args: argparse.Namespace) -> dict[str, Any] | None:
     return engine.run(spec)
 
 
+def _reference(args: argparse.Namespace) -> dict[str, Any]:
+    """``dpbench reference``: the task's converged non-private reference, recorded. An unknown task, or one that is
+    not a linear classification task, is refused before PyTorch is imported where the task files say so."""
+    folders = catalog.plugin_folders(args.plugins)
+    known = catalog.names("task", folders)
+    if known is not None and args.task not in known:
+        raise UsageError(f"unknown task {args.task!r}; available: {', '.join(known)}")
+    if catalog.task_derives(args.task, "dpbench.tasks.linear.LinearClassification", folders) is False:
+        raise UsageError(f"task {args.task} is not a linear classification task: the reference is defined for those "
+                         f"only")
+    from dpbench.tuning import reference
+
+    return reference.run(args.task, args.plugins)
+
+
 def _tune(args: argparse.Namespace) -> dict[str, Any]:
     """``dpbench tune``: the study's released record."""
     _check_request(args)

@@ -173,6 +173,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="explained exceptions for --check (default: exceptions.json beside --records)")
     board.add_argument("--plugins", action="append", default=[], metavar="DIR",
                        help="folder of extra method files (the page describes their methods)")
+    reference = commands.add_parser("reference", help="the converged non-private reference of a linear classification "
+                                                      "task (dpbench/tuning/reference.py)")
+    reference.add_argument("--task", required=True)
+    reference.add_argument("--plugins", action="append", default=[], metavar="DIR")
+    reference.add_argument("--json", action="store_true", help="print the record as one JSON object")
+    _threads_option(reference)
     _add_audit_parsers(commands)
     _federated_parser(commands)
     return parser

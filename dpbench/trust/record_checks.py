@@ -1,5 +1,6 @@
 """What is wrong with one record: its content hash, ledger version and coins, and its privacy by kind (gradient
-runs, tuned records, release methods' ledgers, audits), recomputed without the engine's accounting code."""
+runs, tuned records, release methods' ledgers, audits), recomputed without the engine's accounting code; a
+converged non-private reference's selection, from its own fields."""
 from __future__ import annotations
 
 import hashlib
@@ -11,6 +12,7 @@ import dp_accounting
 import numpy as np
 from dp_accounting import rdp
 
+from dpbench.choices import REFERENCE_MODE
 from dpbench.results.records import LEDGER_VERSION
 from dpbench.trust import audit
 from dpbench.trust.plan_checks import _classifiers, _plan, _run_event, _training_event
@@ -178,6 +180,28 @@ def _check_release(record: dict[str, Any]) -> None:
     _output_classifiers(record)
 
 
+def _check_reference(record: dict[str, Any]) -> None:
+    """A converged non-private reference (:mod:`dpbench.tuning.reference`): not private, every fit of its grid
+    converged by its own criterion, and the l2 it reports the best held-out accuracy (ties: the lower held-out loss,
+    then the larger l2), refitted and in its hyperparameters."""
+    tuning = record["tuning"]
+    config, fits, refit = tuning["config"], tuning["fits"], tuning["refit"]
+    if record["private"] or record.get("epsilon") is not None or record.get("noise_multiplier"):
+        raise Mismatch("a reference record claims privacy (private, ε or σ)")
+    if sorted(fit["l2"] for fit in fits) != sorted(config["l2_grid"]):
+        raise Mismatch(f"the fits' l2 {[fit['l2'] for fit in fits]} are not the grid {config['l2_grid']}")
+    for fit in [*fits, refit]:
+        if not (fit["max_gradient"] <= config["converged_gradient"] and fit["iterations"] < config["max_iter"]):
+            raise Mismatch(f"the fit at l2 = {fit['l2']} did not converge (largest gradient coordinate "
+                           f"{fit['max_gradient']}, {fit['iterations']} iterations)")
+    best = max(fits, key=lambda fit: (fit["validation_accuracy"], -fit["validation_loss"], fit["l2"]))
+    chosen = tuning["selected_params"]["l2"]
+    if not chosen == best["l2"] == refit["l2"] == record["hyperparameters"]["l2"]:
+        raise Mismatch(f"l2 = {chosen} reported as chosen, but the held-out scores choose {best['l2']}")
+    if tuning["selected_score"] != best["validation_accuracy"]:
+        raise Mismatch(f"selected_score {tuning['selected_score']} is not the chosen fit's held-out accuracy")
+
+
 def _check_audit(record: dict[str, Any]) -> None:
     _check_gradient_run(record, "epsilon_claimed")
     rows = record["guess_grid"]
@@ -208,6 +232,8 @@ def check(record: dict[str, Any]) -> list[str]:
     try:
         if record.get("kind") == "audit":
             _check_audit(record)
+        elif (record.get("tuning") or {}).get("mode") == REFERENCE_MODE:
+            _check_reference(record)
         elif (record.get("tuning") or {}).get("private"):
             _check_tuned(record)  # else (validation track, oracle) the record's ε is its own run's, checked below
         elif not record.get("private", True):

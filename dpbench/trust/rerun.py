@@ -13,8 +13,9 @@ from typing import Any
 import dp_accounting
 import torch
 
+from dpbench.choices import REFERENCE_MODE
 from dpbench.data.files import DataError
-from dpbench.errors import UsageError
+from dpbench.errors import TuningError, UsageError
 from dpbench.registry import RegistryError
 from dpbench.results.identity import identity
 from dpbench.spec import RunSpec
@@ -87,6 +88,30 @@ def _differences(again: Any, recorded: Any, error: float, where: str = "") -> li
     return [] if again == recorded else [f"{where} {again!r} (recorded {recorded!r})"]
 
 
+def _solved(record: dict[str, Any]) -> dict[str, Any]:
+    """A reference record (:mod:`dpbench.tuning.reference`) as reruns must reproduce it: the solver's iterations,
+    last gradient and weights' bytes left out, its losses to 6 significant digits (they depend on the thread count
+    and the BLAS); the held-out accuracies, the chosen l2 and the test accuracy exactly."""
+    def solve(fit: dict[str, Any]) -> dict[str, Any]:
+        return {key: float(f"{value:.6g}") if key in ("objective", "validation_loss") else value
+                for key, value in fit.items() if key not in ("iterations", "max_gradient")}
+
+    tuning = record["tuning"]
+    metrics = {**record["metrics"], "test_loss": float(f"{record['metrics']['test_loss']:.6g}")}
+    return {**{k: v for k, v in record.items() if k != "weights_sha256"}, "metrics": metrics,
+            "tuning": {**tuning, "fits": [solve(fit) for fit in tuning["fits"]], "refit": solve(tuning["refit"])}}
+
+
+def _solve_again(record: dict[str, Any]) -> dict[str, Any]:
+    """A reference record solved again with its grid and split."""
+    from dpbench.tuning import reference
+    from dpbench.tuning.validation import TrackSettings
+
+    config = record["tuning"]["config"]
+    settings = TrackSettings(fraction=config["validation_fraction"], seed=config["split_seed"])
+    return reference.run(record["task"], grid=tuple(config["l2_grid"]), settings=settings, append_to_store=False)
+
+
 def _seeded(record: dict[str, Any]) -> bool:
     """Whether the record states its seed (a ``--secret-seed`` run's is ``"secret"``): only such a run can be
     rerun."""
@@ -99,7 +124,8 @@ def rerun(records: list[dict[str, Any]], count: int, seed: int = 0) -> list[str]
     how many."""
     from dpbench.run import engine, multiseed
 
-    runs = [r for r in records if r.get("kind", "run") == "run" and r.get("tuning") is None]
+    runs = [r for r in records if r.get("kind", "run") == "run" and (r.get("tuning") is None or
+                                                                     r["tuning"].get("mode") == REFERENCE_MODE)]
     secret = [r for r in runs if not _seeded(r)]
     if secret:
         print(f"{len(secret)} record(s) with a secret seed (e.g. {secret[0]['run_id']}): their ε is recomputed, but "
@@ -116,7 +142,8 @@ def rerun(records: list[dict[str, Any]], count: int, seed: int = 0) -> list[str]
     with tempfile.TemporaryDirectory() as scratch, _restored_threads(threads):
         store_path = Path(scratch) / "results.sqlite"  # release methods always store; not the user's store
         for record in chosen:
-            spec = _spec(record, store_path)
+            reference = record.get("tuning") is not None  # the only tuned records rerun: solved again
+            spec = None if reference else _spec(record, store_path)
             if record.get("clipping") == "multiseed":
                 seeds = sorted({r["seed"] for r in candidates if r.get("clipping") == "multiseed" and
                                 r.get("batched_seeds") == record["batched_seeds"] and
@@ -126,16 +153,22 @@ def rerun(records: list[dict[str, Any]], count: int, seed: int = 0) -> list[str]
                                     f"of which the file holds {len(seeds)}: cannot rerun it exactly")
                     continue
             try:
-                again = (multiseed.run_seeds(spec, seeds)[seeds.index(record["seed"])]
-                         if record.get("clipping") == "multiseed" else engine.run(spec))
-            except (UsageError, DataError, RegistryError, multiseed.NotBatchable) as error:  # e.g. a plugin not here
-                problems.append(f"{record['run_id']}: cannot rerun it: {error}")
+                if reference:
+                    again = _solve_again(record)
+                else:
+                    again = (multiseed.run_seeds(spec, seeds)[seeds.index(record["seed"])]
+                             if record.get("clipping") == "multiseed" else engine.run(spec))
+            except (UsageError, DataError, RegistryError, TuningError, multiseed.NotBatchable) as error:
+                problems.append(f"{record['run_id']}: cannot rerun it: {error}")  # e.g. a plugin not here
                 continue
             try:
-                # Gradient runs recorded before they could be isolated (dpbench.run.isolation) ran in process.
-                ran_in = {"isolation": "in-process"} if "isolation" in again else {}
-                differences = _differences(_without_hashes(again), _without_hashes({**ran_in, **record}),
-                                           _epsilon_error(record) if record.get("private") else 0.0)
+                if reference:
+                    differences = _differences(_solved(_without_hashes(again)), _solved(_without_hashes(record)), 0.0)
+                else:
+                    # Gradient runs recorded before they could be isolated (dpbench.run.isolation) ran in process.
+                    ran_in = {"isolation": "in-process"} if "isolation" in again else {}
+                    differences = _differences(_without_hashes(again), _without_hashes({**ran_in, **record}),
+                                               _epsilon_error(record) if record.get("private") else 0.0)
             except (Mismatch, KeyError, TypeError, ValueError, ZeroDivisionError) as error:  # check() says why
                 differences = [f"ε not recomputable ({type(error).__name__}: {error})"]
             if differences:

@@ -34,6 +34,9 @@ For every record (one JSON object per line):
     scale σ1 ≥ (2L/n)(1 + √(2 ln(1/δ1)))/ε3 with ε3 = (ε3/ε1)·ε1 (Iyengar et al. 2019, Algorithm 1);
   - audit records: ``epsilon_claimed`` as a gradient run, and the lower bound from (canaries, guesses, correct,
     δ) with Steinke et al.'s Theorem 3 (``dpbench.trust.audit``), and ``passed``.
+  - converged non-private references (tuning mode ``reference``, :mod:`dpbench.tuning.reference`): no ε, no σ,
+    every fit of the l2 grid converged by the record's own criterion, and the chosen l2 the best held-out accuracy
+    (ties: lower held-out loss, then the larger l2), refitted.
 
 A record's ``seed`` is read only to rerun it: a ``--secret-seed`` run (``"seed": "secret"``) and a tuned record
 without its tuning seed are checked like any other.
@@ -41,12 +44,14 @@ without its tuning seed are checked like any other.
 The checks of one record are :func:`dpbench.trust.record_checks.check`.
 
 With ``--rerun K`` (:mod:`dpbench.trust.rerun`), K records drawn at random (seed ``--seed``) among those that can be
-rerun (untuned runs with their seed; not audits) are trained again with one torch thread through
-``dpbench.run.engine.RunSpec`` built from their fields, and the rerun's whole record must equal theirs (ε, δ, σ, q,
-counts, steps, hyperparameters, metrics, ...: all but :data:`~dpbench.trust.rerun.UNCOMPARED`), ε within the
-accountant's error. A file's records with a secret seed, and its isolated runs' records (``"noise_coins":
-"secret"``: their noise had a key never written, :mod:`dpbench.run.isolation`), are counted in a line on stderr
-each: their ε and counts are checked, but no rerun can reproduce their metrics.
+rerun (untuned runs with their seed, and references; not audits) are trained (references: solved) again with one
+torch thread through ``dpbench.run.engine.RunSpec`` built from their fields, and the rerun's whole record must equal
+theirs (ε, δ, σ, q, counts, steps, hyperparameters, metrics, ...: all but :data:`~dpbench.trust.rerun.UNCOMPARED`),
+ε within the accountant's error (a reference: its accuracies and chosen l2 exactly, its losses to 6 significant
+digits, not its solver's iterations, which depend on the thread count). A file's records with a secret seed, and its
+isolated runs' records (``"noise_coins": "secret"``: their noise had a key never written,
+:mod:`dpbench.run.isolation`), are counted in a line on stderr each: their ε and counts are checked, but no rerun
+can reproduce their metrics.
 Records trained as a batch of seeds (``clipping: multiseed``) are rerun as that batch, which must be in the file
 (the seeds of the same identity); floating-point summation differs between a batch and a single run.
 """

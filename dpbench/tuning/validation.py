@@ -43,6 +43,11 @@ class TrackSettings:
     trial_seeds: int = 2  # runs of each configuration, their held-out accuracies averaged
 
 
+def track_split(settings: TrackSettings) -> ValidationSplit:
+    """The held-out part the track selects on (and :mod:`dpbench.tuning.reference` too): exact scores."""
+    return ValidationSplit(settings.fraction, settings.seed, 0.0, 0, purpose="validation-split")
+
+
 def search_space(method: type[Method], task: type[Task]) -> dict[str, dict[str, Any]]:
     """The method's own search space plus the task's shared lists (see the module docstring)."""
     space = dict(method.search_space)
@@ -83,7 +88,7 @@ def run_cell(task: str, method: str, epsilon: float | None, seeds: list[int], se
     selected: dict[str, Any] = {}
     score = None
     if space:
-        split = ValidationSplit(settings.fraction, settings.seed, 0.0, 0, purpose="validation-split")
+        split = track_split(settings)
         repeats = settings.trial_seeds
         trials = [RunSpec(**common, seed=streams.child_seed(settings.seed, "validation-trial", index, repeat),
                           overrides={**fixed, **params}, validation=split, append_to_store=False)
