@@ -675,6 +675,13 @@ MUTANTS = [
            "per charged release", "dpbench/run/training.py",
            '        if state["counter"] != self.releases * per_release:', "        if False:",
            first="tests/test_correlated.py::test_the_end_of_a_correlated_run_refuses_releases_without_their_draws"),
+    Mutant("correlated-torch-noise", "correlated noise", "correlated noise accepted from PyTorch's generator, whose "
+           "draws the run's end cannot count", "dpbench/run/refusals.py", 'f"and on resume)": spec.noise != "fast"}',
+           'f"and on resume)": False}', first="tests/test_correlated.py::test_refusals"),
+    Mutant("correlated-uncheckable-passes", "correlated noise", "the end of a correlated run passes when the noise "
+           "stream has no counter", "dpbench/run/training.py",
+           '        if "counter" not in state:  # PyTorch\'s generator', '        if False:  # PyTorch\'s generator',
+           first="tests/test_correlated.py::test_correlated_noise_from_an_uncheckable_stream_fails_at_the_end"),
     Mutant("correlated-with-moving-clip", "correlated noise", "correlated noise accepted with a moving clip norm, a "
            "count release or automatic scaling (the strategy becomes D⁻¹C)", "dpbench/run/refusals.py",
            '" and ".join(adaptive_features(method)) or "adaptive clipping": bool(adaptive_features(method)),',

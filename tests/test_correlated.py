@@ -318,6 +318,17 @@ def test_the_end_of_a_correlated_run_refuses_releases_without_their_draws():
         module.check_correlated_draws()
 
 
+
+def test_correlated_noise_from_an_uncheckable_stream_fails_at_the_end():
+    """PyTorch's generator (the C sampler not built, or another device) has an opaque state: no count of draws to
+    check (hostile review: a band misaligned by a regression then ran to a record of ε = 1). Fail closed."""
+    module, _, dataset, _ = _module(BandMF, 0.9, 8.0, bands=3)
+    module.noise = correlated_torch_noise = type(module.noise)(0, "cpu", "torch")
+    assert "counter" not in correlated_torch_noise.state_dict()
+    with pytest.raises(PrivacyCheckFailed, match="counter-based Philox"):
+        module.check_correlated_draws()
+
+
 ADAPTIVE = '''
 from dpbench.methods.bandmf import BandMF
 
@@ -379,6 +390,8 @@ def test_refusals(refused):
     assert "fewer" in refused("run", "--method", "bandmf", "--task", "digits", "--set", "bands=1000")
     assert "whole number of bands" in refused("run", "--method", "bandmf", "--task", "digits", "--set", "bands=0")
     assert "shuffled or cyclic batches" in refused("run", "--method", "bandmf", "--task", "digits", "--devices", "2")
+    assert "--noise torch (only the counter-based Philox" in refused("run", "--method", "bandmf", "--task", "digits",
+                                                                      "--noise", "torch")
     assert "participation schema" in refused("run", "--method", "dpsgd", "--task", "digits", "--sampler", "cyclic")
     assert "only --mode oracle" in refused("tune", "--method", "bandmf", "--task", "digits", "--epsilon", "1")
 

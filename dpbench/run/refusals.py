@@ -133,7 +133,9 @@ def check_correlation(spec: RunSpec, method: type[Method], hp: dict, sampler_nam
                sampler_name != correlated.SAMPLER,
                f"{method.releases_per_step} releases per step": method.releases_per_step != 1,
                " and ".join(adaptive_features(method)) or "adaptive clipping": bool(adaptive_features(method)),
-               "--isolate (the isolated process does not forward it)": spec.isolate}
+               "--isolate (the isolated process does not forward it)": spec.isolate,
+               f"--noise {spec.noise} (only the counter-based Philox stream's position is checked at the end of a run "
+               f"and on resume)": spec.noise != "fast"}
     for reason, applies in reasons.items():
         if applies:
             raise UsageError(f"{method.name} declares {what}, which the engine does not support with {reason}")

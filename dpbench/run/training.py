@@ -173,9 +173,12 @@ class PrivateTraining(pl.LightningModule):
     def check_correlated_draws(self) -> None:
         """PrivacyCheckFailed unless, with correlated noise, the noise stream advanced by one draw per charged
         release: C's row index is the step, and a release without its draw would shift every later one's."""
-        state = self.noise.state_dict() if self.correlated is not None else {}
-        if "counter" not in state:  # independent noise, or PyTorch's generator (whose state is opaque)
+        if self.correlated is None:
             return
+        state = self.noise.state_dict()
+        if "counter" not in state:  # PyTorch's generator (the C sampler not built, or not on the CPU): opaque state
+            raise PrivacyCheckFailed("correlated noise needs the counter-based Philox stream, whose position the run's "
+                                     f"end checks; this run drew from {self.noise.name}")
         per_release = sum(-(-p.numel() // 4) for p in self.params()) if self.mechanism.mean_noise_std else 0
         if state["counter"] != self.releases * per_release:
             raise PrivacyCheckFailed(f"the correlated noise drew {state['counter']} counter values for "
