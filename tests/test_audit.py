@@ -266,8 +266,9 @@ def test_audit_status_and_the_board_mark():
                fake_audit("e", "digits", True, isolation="process", coins="seed")]
     status = audit.audit_status(records)
     assert status.failed == {("a", "adult", "in-process"), ("a", "adult", "process")}
-    assert status.passed == {("a", "digits", "in-process"): {'{"lr": 1.0}'}, ("a", "adult", "in-process"): {'{"lr": 1.0}'},
-                             ("d", "digits", "process"): {'{"lr": 1.0}'}}
+    audited = {audit.settings_key({"hyperparameters": {"lr": 1.0}})}
+    assert status.passed == {("a", "digits", "in-process"): audited, ("a", "adult", "in-process"): audited,
+                             ("d", "digits", "process"): audited}
     run = {"task": "digits", "code": {"method": {"sha256": "a", "external": True}}, "hyperparameters": {"lr": 1.0}}
     # an in-process plugin is never more than unverified, whatever its audit; the audit is shown as evidence
     assert audit.board_mark(run, status) == "unverified: in-process plugin, audit passed"
@@ -283,19 +284,25 @@ def test_audit_status_and_the_board_mark():
     assert audit.board_mark({**run, "code": {"method": {"sha256": "a", "external": False}}}, status) is None
 
 
-def test_an_audit_passed_at_other_hyperparameters_is_shown_as_such():
+def test_an_audit_passed_at_other_settings_is_shown_as_such():
     """A plugin can behave honestly at the audited settings and otherwise elsewhere: a pass is evidence for runs of
-    the hyperparameters it ran with (the review of 26 November 2026 found "audit passed" on cells of other ones)."""
-    status = audit.audit_status([fake_audit("a", "digits", True, hyperparameters={"lr": 1.0, "epochs": 3})])
-    run = {"task": "digits", "code": {"method": {"sha256": "a", "external": True}},
-           "hyperparameters": {"lr": 1.0, "epochs": 3}}
+    the hyperparameters, target ε, relation, data and samplers it ran with (reviews of 26 November 2026 found "audit
+    passed" on cells of other hyperparameters, then of another ε, relation, data and noise sampler)."""
+    conditions = {"epsilon_target": 1.0, "neighbouring": "replace-one", "sampler": "poisson", "noise": "philox"}
+    found = fake_audit("a", "digits", True, hyperparameters={"lr": 1.0, "epochs": 3})
+    status = audit.audit_status([{**found, **conditions, "canaries": 100, "data_id": "digits+100-audit-canaries"}])
+    run = {"task": "digits", "code": {"method": {"sha256": "a", "external": True}}, "data_id": "digits",
+           "hyperparameters": {"lr": 1.0, "epochs": 3}, **conditions}
     assert audit.board_mark(run, status) == "unverified: in-process plugin, audit passed"
-    assert audit.board_mark({**run, "hyperparameters": {"lr": 1.0, "epochs": 4}}, status) == \
-        "unverified: in-process plugin, audit passed at other hyperparameters"
+    for change in ({"hyperparameters": {"lr": 1.0, "epochs": 4}}, {"epsilon_target": 8.0},
+                   {"neighbouring": "add-remove"}, {"data_id": "digits-v2"}, {"sampler": "shuffle"},
+                   {"noise": "torch normal_ (cpu)"}):
+        assert audit.board_mark({**run, **change}, status) == \
+            "unverified: in-process plugin, audit passed at other settings", change
     # a row (tuned: its seeds selected different settings) is "passed" only if every run's settings were audited
-    assert status.of(("a", "digits", "in-process"), [{"epochs": 3, "lr": 1.0}, {"lr": 2.0, "epochs": 3}]) == \
-        "passed at other hyperparameters"
-    assert status.of(("a", "digits", "in-process"), [{"epochs": 3, "lr": 1.0}]) == "passed"
+    other = {**run, "hyperparameters": {"lr": 2.0, "epochs": 3}}
+    assert status.of(("a", "digits", "in-process"), [run, other]) == "passed at other settings"
+    assert status.of(("a", "digits", "in-process"), [run, dict(run)]) == "passed"
 
 
 def test_a_cheating_plugin_stays_unaudited_until_audited_and_then_fails(mirror, capsys):
@@ -407,7 +414,7 @@ def test_a_pass_with_canaries_a_plugin_could_see_does_not_count():
 def test_a_black_box_pass_alone_does_not_count():
     assert audit.audit_status([fake_audit("a", "digits", True, "black-box")]) == audit.AuditEvidence()
     assert audit.audit_status([fake_audit("a", "digits", True)]) == audit.AuditEvidence(
-        passed={("a", "digits", "in-process"): {'{"lr": 1.0}'}})
+        passed={("a", "digits", "in-process"): {audit.settings_key({"hyperparameters": {"lr": 1.0}})}})
 
 
 def _task_and_data(**changes):

@@ -328,14 +328,17 @@ def test_runs_of_different_code_never_share_a_cell_and_plugins_are_marked(capsys
     assert set(rows) == {first, second}
     assert "0.9" in rows[first] and "0.1 (n = 1)" in rows[second]
     # A passing white-box audit of one version marks that version only, as evidence: it stays unverified; and only
-    # at the hyperparameters it ran with (a plugin can branch on them).
+    # at the settings it ran with (a plugin can branch on its hyperparameters, its σ, ...).
     audit = {"kind": "audit", "run_id": "audit1", "task": "digits", "method": "mine", "passed": True,
-             "threat_model": "white-box", "ledger_version": LEDGER_VERSION, "data_id": "digits",
-             "canary_design": CANARY_DESIGN, "hyperparameters": {"lr": 1.0, "epochs": 3},
-             "created_at": "2025-01-01T00:00:00+00:00", "code": plugin("a" * 64)}
+             "threat_model": "white-box", "ledger_version": LEDGER_VERSION,
+             "canary_design": CANARY_DESIGN, "hyperparameters": {"lr": 1.0, "epochs": 3}, "canaries": 100,
+             "epsilon_target": 1.0, "neighbouring": "add-remove", "sampler": "poisson",
+             "data_id": "digits+100-audit-canaries", "created_at": "2025-01-01T00:00:00+00:00",
+             "code": plugin("a" * 64)}
     store.append({**audit, "run_id": "audit0", "hyperparameters": {"lr": 2.0, "epochs": 3}})
+    store.append({**audit, "run_id": "audit2", "epsilon_target": 8.0})
     text = markdown(capsys)
-    assert " mine [external plugin, unverified: in-process plugin, audit passed at other hyperparameters] (code " \
+    assert " mine [external plugin, unverified: in-process plugin, audit passed at other settings] (code " \
            "aaaaaaaa) " in text
     store.append(audit)
     text = markdown(capsys)

@@ -46,6 +46,6 @@ def test_the_plugin_goes_through_sweep_audit_and_leaderboard(capsys, tmp_path):
     assert len(records) == 2 and all(r["epsilon"] <= 1.0 for r in records)
     out = tmp_path / "board.md"
     assert main(["leaderboard", "--plugins", PLUGINS, "--out", str(out)]) == 0
-    # the audit ran 3 epochs, the sweep's runs the task's default: evidence for other settings only
+    # the audit ran 3 epochs under replace-one, the sweep's runs the task's default: evidence for other settings only
     assert ("my_quantile_clip [external plugin, unverified: in-process plugin, audit passed at other "
-            "hyperparameters]") in out.read_text()
+            "settings]") in out.read_text()

@@ -292,7 +292,7 @@ class Table:
                 if len(codes) > 1:  # the same method name, different code (an edited plugin)
                     shown.append(f"code {row.code[:8]}")
                 audit = self.audits.of((row.code, self.task, row.isolation or "in-process"),
-                                       [run["hyperparameters"] for run in self.runs if row_of(run) == row])
+                                       [run for run in self.runs if row_of(run) == row])
                 name = f"{row.method} [external plugin, {plugin_mark(row.isolation, audit)}]" \
                     if row.external else row.method
                 labels[row] = f"{name} ({', '.join(shown)})" if shown else name

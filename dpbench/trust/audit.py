@@ -204,7 +204,8 @@ def audit_status(all_records: list[dict[str, Any]]) -> AuditEvidence:
     The rule for the board: a cell of an external plugin (``record["code"]["method"]["external"]``) is
     "unaudited" unless a white-box audit of the current ledger version and canary design (:data:`CANARY_DESIGN`),
     of the same method code hash, on the same task, run the same way (in process, or isolated: ``isolation``),
-    passed; "passed" only where it ran at the cell's hyperparameters, else "passed at other hyperparameters"; a
+    passed; "passed" only where it ran at the cell's settings (hyperparameters, target ε, relation, data, sampler,
+    noise: :func:`~dpbench.trust.marks.settings_key`), else "passed at other settings"; a
     failed audit of that code and task, run either way (any threat model or design, current ledger version), marks
     it "failed", whatever passed. (A pass of a plugin in process says nothing of how it behaves isolated, where it
     cannot reach the data and sees other coins, nor the reverse, nor of other settings; a failure is evidence
@@ -219,19 +220,19 @@ def audit_status(all_records: list[dict[str, Any]]) -> AuditEvidence:
             evidence.failed.update((code, task, isolation) for isolation in ("in-process", "process"))
         elif _current_white_box(record):
             key = (code, task, record.get("isolation") or "in-process")
-            evidence.passed.setdefault(key, set()).add(settings_key(record["hyperparameters"]))
+            evidence.passed.setdefault(key, set()).add(settings_key(record))
     return evidence
 
 
 def board_mark(run: dict[str, Any], evidence: AuditEvidence) -> str | None:
     """What the board shows for a run's cell: None for a built-in method, else
     :func:`~dpbench.trust.marks.plugin_mark` of its isolation and its audit status ("passed", "passed at other
-    hyperparameters", "failed", "unaudited"), the audit being evidence, never a certificate."""
+    settings", "failed", "unaudited"), the audit being evidence, never a certificate."""
     code = run.get("code", {}).get("method", {})
     if not code.get("external"):
         return None
     isolation = run.get("isolation") or "in-process"
-    return plugin_mark(isolation, evidence.of((code["sha256"], run["task"], isolation), [run["hyperparameters"]]))
+    return plugin_mark(isolation, evidence.of((code["sha256"], run["task"], isolation), [run]))
 
 
 def summary(record: dict[str, Any]) -> str:
