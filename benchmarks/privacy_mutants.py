@@ -675,6 +675,10 @@ MUTANTS = [
            "per charged release", "dpbench/run/training.py",
            '        if state["counter"] != self.releases * per_release:', "        if False:",
            first="tests/test_correlated.py::test_the_end_of_a_correlated_run_refuses_releases_without_their_draws"),
+    Mutant("verify-reference-any-config", "verify", "verify accepts a reference of another l2 grid or split (one of "
+           "several, kept for its test accuracy)", "dpbench/trust/record_checks.py", "    if differing:\n        raise Mismatch(f\"the reference's",
+           "    if False:\n        raise Mismatch(f\"the reference's",
+           first="tests/test_reference.py::test_verify_checks_a_references_selection_and_reruns_its_solve"),
     Mutant("correlated-torch-noise", "correlated noise", "correlated noise accepted from PyTorch's generator, whose "
            "draws the run's end cannot count", "dpbench/run/refusals.py", 'f"and on resume)": spec.noise != "fast"}',
            'f"and on resume)": False}', first="tests/test_correlated.py::test_refusals"),

@@ -196,6 +196,9 @@ def test_verify_checks_a_references_selection_and_reruns_its_solve(tmp_path, cap
     assert any("did not converge" in p for p in record_checks.check(unconverged))
     claims = edited(lambda r: r.update(epsilon=1.0))
     assert any("claims privacy" in p for p in record_checks.check(claims))
+    # a reference of another grid, honestly solved, could be one of several kept for its test accuracy
+    single = reference.run("breast_cancer", grid=(1e-3,), append_to_store=False)
+    assert any("differs from the board's in l2_grid" in p for p in record_checks.check(single))
     better = edited(lambda r: r["metrics"].update(test_accuracy=0.99))
     for found, mismatches in ((record, 0), (better, 1)):
         path = tmp_path / "records.jsonl"

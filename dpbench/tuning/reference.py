@@ -70,6 +70,12 @@ def _code() -> dict[str, Any]:
             "sha256": combined_sha256({path: file_sha256(path)})}
 
 
+def canonical_config() -> dict[str, Any]:
+    """The configuration of the board's references: :data:`L2_GRID` and the tracks' split (``dpbench verify``
+    refuses a reference of any other, which could have been chosen among several by its test accuracy)."""
+    return _config(L2_GRID, TrackSettings())
+
+
 def _config(grid: tuple[float, ...], settings: TrackSettings) -> dict[str, Any]:
     """What decides the reference: part of its record's identity."""
     return {"mode": REFERENCE_MODE, "l2_grid": list(grid), "validation_fraction": settings.fraction,
