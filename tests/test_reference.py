@@ -10,7 +10,7 @@ import pytest
 import torch
 from scipy import optimize, special
 
-from dpbench.board import check as board_check, leaderboard, model as board_model
+from dpbench.board import check as board_check, leaderboard, model as board_model, reference as board_reference
 from dpbench.board.sweep import run_grid
 from dpbench.cli import main
 from dpbench.data import tabular
@@ -131,6 +131,19 @@ def test_the_reference_row_is_in_every_track_never_ranked_and_every_private_cell
     page = leaderboard.render(store.load(), "html")
     assert page.count('<tr class="reference"') == 2
     assert "privacy cost +0.0900 [" in page
+
+
+def test_references_of_other_settings_are_never_pooled():
+    """Two references (another l2 chosen, say from another grid) were averaged into one "constant" (second hostile
+    review): each is a row of its own, and the table's reference is the newest."""
+    for seed in range(2):
+        add_run(0.80, seed=seed)
+    add_run(**reference_fields(0.975, created_at="2026-01-01T00:00:00+00:00"))
+    add_run(**reference_fields(0.9806, hyperparameters={"bias": True, "l2": 1e-7},
+                                created_at="2026-01-02T00:00:00+00:00"))
+    table = board_model.build_tables(store.load())[0]
+    assert sorted(cell.mean for cell in table.references.values()) == [0.975, 0.9806]
+    assert board_reference.reference(table)[1].mean == 0.9806
 
 
 def test_check_lists_private_cells_above_the_reference_by_more_than_two_se_in_every_track(tmp_path, capsys):

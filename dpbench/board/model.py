@@ -137,7 +137,7 @@ def row_of(record: dict[str, Any]) -> Row:
     mode = tuning_mode(record)
     code = (record.get("code") or {}).get("method") or {}
     return Row(mode, record["method"], str(record["sampler"]), record["accountant"] or "",
-               json.dumps(record["hyperparameters"], sort_keys=True) if mode == "none" else "",
+               json.dumps(record["hyperparameters"], sort_keys=True) if mode in ("none", REFERENCE_MODE) else "",
                code.get("sha256", ""), bool(code.get("external")),
                (record.get("isolation") or "in-process") if code.get("external") else "")
 
