@@ -264,16 +264,22 @@ def names(kind: str, plugin_folders: list[Path]) -> dict[str, str] | None:
     return {name: _description(qualified, classes) for name, qualified in registered[kind].items()}
 
 
-def task_size(name: str, plugin_folders: list[Path]) -> tuple[int, frozenset[str]] | None:
-    """(``min_train_examples``, option names) of task ``name`` as its files assign them, or None where they do not
-    say both with certainty (no bound, a value that is not a literal, a task that only importing can find)."""
+def _task_class(name: str, plugin_folders: list[Path]):
+    """(qualified class name, the scanned classes) of task ``name``, or None where the files do not say it."""
     try:
         registered, classes = _scan(tuple(plugin_folders))
     except Unsure:
         return None
-    if name not in registered["task"]:
+    return (registered["task"][name], classes) if name in registered["task"] else None
+
+
+def task_size(name: str, plugin_folders: list[Path]) -> tuple[int, frozenset[str]] | None:
+    """(``min_train_examples``, option names) of task ``name`` as its files assign them, or None where they do not
+    say both with certainty (no bound, a value that is not a literal, a task that only importing can find)."""
+    found = _task_class(name, plugin_folders)
+    if found is None:
         return None
-    facts = _facts(registered["task"][name], classes)
+    facts = _facts(*found)
     bound, options = facts["min_train_examples"], facts["options"]
     return None if bound in (None, UNKNOWN) or options is UNKNOWN else (bound, options)
 
@@ -281,13 +287,11 @@ def task_size(name: str, plugin_folders: list[Path]) -> tuple[int, frozenset[str
 def task_derives(name: str, base: str, plugin_folders: list[Path]) -> bool | None:
     """Whether task ``name`` is a subclass of the class ``base`` (qualified, e.g.
     ``dpbench.tasks.linear.LinearClassification``), or None where its files do not say with certainty."""
-    try:
-        registered, classes = _scan(tuple(plugin_folders))
-    except Unsure:
+    found = _task_class(name, plugin_folders)
+    if found is None:
         return None
-    if name not in registered["task"]:
-        return None
-    lineage = _lineage(registered["task"][name], classes)
+    qualified, classes = found
+    lineage = _lineage(qualified, classes)
     if base in lineage:
         return True
     unread = {b for c in lineage if c not in ROOTS for b in classes[c].bases} - set(lineage) - ROOTS
