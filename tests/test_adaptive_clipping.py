@@ -34,6 +34,20 @@ QuantileClip, AutoClip = METHODS["quantile_clip"], METHODS["autoclip"]
 CLIPPERS = [(None, 1e-9), (VmapClipper(), 1e-9)]  # no transform: the fast path's norms are exact closed forms here
 
 
+def record_draws(module) -> list[tuple[np.ndarray, float]]:
+    """Every noise draw of ``module`` from now on, as (values, std), appended as the module draws them."""
+    draws = []
+    fill = module.noise.fill_
+
+    def recording(tensor, std):
+        filled = fill(tensor, std)
+        draws.append((filled.detach().double().numpy().copy(), std))
+        return filled
+
+    module.noise.fill_ = recording
+    return draws
+
+
 def module_for(method, sigma, expected_batch_size, classes=2, clipper=None, count_noise_std=None, **overrides):
     """A PrivateTraining on :class:`TinyLinear` (float64) and its dataset; every noise draw is recorded as (values as
     a float64 array, std)."""
@@ -48,16 +62,7 @@ def module_for(method, sigma, expected_batch_size, classes=2, clipper=None, coun
     module = PrivateTraining(task, method, hp, sigma, expected_batch_size, seed=0, clipper=clipper,
                              count_noise_std=count_noise_std)
     module.on_fit_start()
-    draws = []
-    fill = module.noise.fill_
-
-    def recording(tensor, std):
-        filled = fill(tensor, std)
-        draws.append((filled.detach().double().numpy().copy(), std))
-        return filled
-
-    module.noise.fill_ = recording
-    return module, data, IndexedTensors(data.x_train, data.y_train), draws
+    return module, data, IndexedTensors(data.x_train, data.y_train), record_draws(module)
 
 
 def batches(n, expected_batch_size, steps, seed=5):

@@ -24,6 +24,7 @@ from dpbench.run import engine, multiseed
 from dpbench.run.training import PrivateTraining
 from dpbench.spec import RunSpec, resolve_hyperparameters
 from dpbench.trust import record_checks, verify
+from tests.test_adaptive_clipping import record_draws
 from tests.test_transcriptions import T, TinyLinear, as_matrix, assert_close
 
 METHODS = registry.methods([])
@@ -181,16 +182,7 @@ def _module(method, sigma, batch, **overrides):
     module = PrivateTraining(task, method, hp, sigma, batch, seed=0, steps_per_epoch=int(40 // batch),
                              correlation=method.correlation(hp))
     module.on_fit_start()
-    draws = []
-    fill = module.noise.fill_
-
-    def recording(tensor, std):
-        filled = fill(tensor, std)
-        draws.append((filled.detach().double().numpy().copy(), std))
-        return filled
-
-    module.noise.fill_ = recording
-    return module, data, IndexedTensors(data.x_train, data.y_train), draws
+    return module, data, IndexedTensors(data.x_train, data.y_train), record_draws(module)
 
 
 def test_one_band_is_dp_sgd_bit_for_bit():
