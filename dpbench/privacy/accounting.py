@@ -370,6 +370,35 @@ def calibrate_noise_multiplier(
     return cache.memoized("calibration", key, compute)
 
 
+def _unsampled_bracket(target_epsilon: float, delta: float, sample_rate: float, releases: int, sampler: str,
+                       releases_per_epoch: int, neighbouring: str) -> dp_accounting.ExplicitBracketInterval | None:
+    """Where the releases are k Gaussians without subsampling (full batches: one per release; shuffled batches: one
+    per epoch, its batches disjoint), a bracket [0.9999·σ*, 1.01·σ*] around the exact σ*: k Gaussians of noise
+    multiplier σ and sensitivity Δ (1, or 2 under replace-one) are one Gaussian of Δ√k/σ = μ (Dong, Roth & Su 2022,
+    Corollary 3.3), whose exact δ(ε) = Φ(μ/2 − ε/μ) − e^ε·Φ(−μ/2 − ε/μ) (Balle & Wang 2018, Theorem 8) is solved
+    for μ. Only the search's starting interval: dp-accounting's bisection on the composed PLD still decides σ
+    (its doubling search from σ = 1 composed hundreds of wide PLDs: DP-GD, 800 steps, ε = 0.1 took 86 s). None
+    where the releases are subsampled."""
+    if sampler == "poisson" and sample_rate == 1:
+        k = releases
+    elif sampler == "shuffle":
+        k = math.ceil(releases / releases_per_epoch)
+    else:
+        return None
+    from scipy import optimize, special  # noqa: PLC0415 (only calibrations need it)
+
+    def excess(mu: float) -> float:  # δ(ε) of a μ-Gaussian, minus δ; increasing in μ
+        return (special.ndtr(mu / 2 - target_epsilon / mu)
+                - math.exp(target_epsilon) * special.ndtr(-mu / 2 - target_epsilon / mu) - delta)
+
+    try:
+        mu = optimize.brentq(excess, 1e-6, 1e3, xtol=1e-12, rtol=1e-12)
+    except ValueError:
+        return None
+    sigma = (2.0 if neighbouring == "replace-one" else 1.0) * math.sqrt(k) / mu
+    return dp_accounting.ExplicitBracketInterval(0.9999 * sigma, 1.01 * sigma)
+
+
 def _calibrate(target_epsilon, delta, sample_rate, releases, accountant, sampler, releases_per_epoch, preceded_by,
                neighbouring, bands=0, tree=False) -> float:
     if preceded_by:
@@ -383,14 +412,16 @@ def _calibrate(target_epsilon, delta, sample_rate, releases, accountant, sampler
                                              neighbouring, bands, tree).event(), accountant, neighbouring)
 
     interval = PLD_INTERVAL * max(1, math.floor(4 * target_epsilon))
+    make = lambda: _make_accountant(accountant, neighbouring, interval)
+    bracket = _unsampled_bracket(target_epsilon, delta, sample_rate, releases, sampler, releases_per_epoch,
+                                 neighbouring) if not (preceded_by or bands or tree) else None
+    if bracket is not None and not (make().compose(releases_with(bracket.endpoint_2)).get_epsilon(delta)
+                                    <= target_epsilon < make().compose(releases_with(bracket.endpoint_1))
+                                    .get_epsilon(delta)):
+        bracket = None  # the analytic bracket does not hold the discretized answer: search as for any mechanism
     sigma = float(dp_accounting.calibrate_dp_mechanism(
-        lambda: _make_accountant(accountant, neighbouring, interval),
-        releases_with,
-        target_epsilon,
-        delta,
-        bracket_interval=dp_accounting.LowerEndpointAndGuess(0.0, 1.0),
-        tol=1e-4,
-    ))
+        make, releases_with, target_epsilon, delta,
+        bracket_interval=bracket or dp_accounting.LowerEndpointAndGuess(0.0, 1.0), tol=1e-4))
     fine = lambda s: _make_accountant(accountant, neighbouring).compose(releases_with(s)).get_epsilon(delta)
     while interval > PLD_INTERVAL and fine(sigma) > target_epsilon:
         sigma *= 1 + 1e-4
