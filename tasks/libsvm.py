@@ -11,7 +11,7 @@ batched seeds need dense rows and refuse them.
 from dataclasses import replace
 
 from dpbench.data import libsvm
-from dpbench.tasks.linear import LinearClassification
+from dpbench.tasks.linear import STEPS, LinearClassification
 
 
 class SparseLinear(LinearClassification):
@@ -20,8 +20,8 @@ class SparseLinear(LinearClassification):
     dataset: str
     classes = 2
     options = {"bias": True, "dense": False}
-    defaults = {"epochs": 10, "batch_size": 256, "steps": 50}
-    search_lists = {"epochs": [3, 5, 10], "batch_size": [256, 1024], "steps": [12, 25, 50]}
+    defaults = {"epochs": 10, "batch_size": 256, "steps": 200}
+    search_lists = {"epochs": [3, 5, 10, 20, 40], "batch_size": [64, 256, 1024, 4096], "steps": STEPS}
 
     def load_data(self):
         data = libsvm.load(self.dataset)

@@ -26,6 +26,8 @@ from torch import nn
 from dpbench.data import mnist, tabular
 from dpbench.task import Classification, TaskData
 
+STEPS = [25, 50, 100, 200, 400, 800]  # full-batch steps: Yu et al.'s T ∈ {50, 200, 800}, and between and around them
+
 
 def yu2020(epsilon: float) -> dict:
     """``--profile yu2020``: Yu, Zhang, Chen, Yin, Liu, "Gradient Perturbation is Underrated for Differentially
@@ -57,6 +59,16 @@ def yu2020(epsilon: float) -> dict:
                         "amp": {"noise_fraction": 0.95, "out_fraction": 0.01, "input_norm": 1.0}}}
 
 
+def nonprivate_defaults(classes: int, input_norm: float = 1.0) -> dict:
+    """The non-private baseline's defaults on a linear task: heavy-ball SGD (momentum 0.9) with η = 1/β, β the
+    loss's smoothness bound over the task's inputs (public: the rows' norm bound R and the bias): the logistic
+    loss's second derivative is at most ¼ and the softmax cross-entropy's Hessian in the logits (diag p − ppᵀ) at
+    most ½ in norm, so β = ¼(R² + 1) for 2 classes and ½(R² + 1) for more (η = 1/β is the classical step of
+    gradient descent on a β-smooth loss; no value read off any test accuracy)."""
+    beta = (input_norm**2 + 1) * (0.25 if classes == 2 else 0.5)
+    return {"optimizer": "sgd", "momentum": 0.9, "lr": 1 / beta}
+
+
 class LinearClassification(Classification):
     """A linear model (with a bias unless ``bias=false``) with the logistic loss for 2 classes and the softmax
     cross-entropy for more."""
@@ -85,8 +97,9 @@ class Digits(LinearClassification):
     classes = 10
     load_data = staticmethod(tabular.load_digits)
     profiles = {"yu2020": yu2020(1.0)}
-    defaults = {"epochs": 30, "batch_size": 64, "steps": 50}
-    search_lists = {"epochs": [8, 15, 30], "batch_size": [64, 256], "steps": [12, 25, 50]}
+    defaults = {"epochs": 30, "batch_size": 64, "steps": 200}
+    search_lists = {"epochs": [8, 15, 30, 60, 120], "batch_size": [16, 64, 256, 1024], "steps": STEPS}
+    method_defaults = {"nonprivate": nonprivate_defaults(classes)}
 
 
 class BreastCancer(LinearClassification):
@@ -96,8 +109,9 @@ class BreastCancer(LinearClassification):
     classes = 2
     load_data = staticmethod(tabular.load_breast_cancer)
     profiles = {"yu2020": yu2020(0.1)}
-    defaults = {"epochs": 30, "batch_size": 32, "steps": 50}
-    search_lists = {"epochs": [8, 15, 30], "batch_size": [32, 128], "steps": [12, 25, 50]}
+    defaults = {"epochs": 30, "batch_size": 32, "steps": 200}
+    search_lists = {"epochs": [8, 15, 30, 60, 120], "batch_size": [8, 32, 128, 256], "steps": STEPS}
+    method_defaults = {"nonprivate": nonprivate_defaults(classes)}
 
 
 class Adult(LinearClassification):
@@ -107,8 +121,9 @@ class Adult(LinearClassification):
     classes = 2
     load_data = staticmethod(tabular.load_adult)
     profiles = {"yu2020": yu2020(0.1)}
-    defaults = {"epochs": 10, "batch_size": 256, "steps": 50}
-    search_lists = {"epochs": [3, 5, 10], "batch_size": [256, 1024], "steps": [12, 25, 50]}
+    defaults = {"epochs": 20, "batch_size": 256, "steps": 200}
+    search_lists = {"epochs": [3, 5, 10, 20, 40], "batch_size": [64, 256, 1024, 4096], "steps": STEPS}
+    method_defaults = {"nonprivate": nonprivate_defaults(classes)}
 
 
 class KDDCup99(LinearClassification):
@@ -118,8 +133,9 @@ class KDDCup99(LinearClassification):
     classes = 2
     load_data = staticmethod(tabular.load_kddcup99)
     profiles = {"yu2020": yu2020(0.1)}
-    defaults = {"epochs": 2, "batch_size": 1024, "steps": 50}
-    search_lists = {"epochs": [1, 2], "batch_size": [1024, 4096], "steps": [12, 25, 50]}
+    defaults = {"epochs": 2, "batch_size": 1024, "steps": 200}
+    search_lists = {"epochs": [1, 2, 4, 8], "batch_size": [256, 1024, 4096, 16384], "steps": STEPS}
+    method_defaults = {"nonprivate": nonprivate_defaults(classes)}
 
 
 class Covertype(LinearClassification):
@@ -129,8 +145,9 @@ class Covertype(LinearClassification):
     classes = 7
     load_data = staticmethod(tabular.load_covertype)
     profiles = {"yu2020": yu2020(1.0)}
-    defaults = {"epochs": 20, "batch_size": 128, "steps": 50}
-    search_lists = {"epochs": [5, 10, 20], "batch_size": [128, 512], "steps": [12, 25, 50]}
+    defaults = {"epochs": 20, "batch_size": 128, "steps": 200}
+    search_lists = {"epochs": [5, 10, 20, 40, 80], "batch_size": [32, 128, 512, 2048], "steps": STEPS}
+    method_defaults = {"nonprivate": nonprivate_defaults(classes)}
 
 
 class MNISTLogReg(LinearClassification):
@@ -141,5 +158,6 @@ class MNISTLogReg(LinearClassification):
     load_data = staticmethod(mnist.load_mnist)
     profiles = {"yu2020": yu2020(1.0)}
     max_input_norm = 28.0
-    defaults = {"epochs": 10, "batch_size": 256, "steps": 50}
-    search_lists = {"epochs": [3, 5, 10], "batch_size": [256, 1024], "steps": [12, 25, 50]}
+    defaults = {"epochs": 10, "batch_size": 256, "steps": 200}
+    search_lists = {"epochs": [3, 5, 10, 20, 40], "batch_size": [64, 256, 1024, 4096], "steps": STEPS}
+    method_defaults = {"nonprivate": nonprivate_defaults(classes, max_input_norm)}
