@@ -159,13 +159,13 @@ def _run_summary(run: dict[str, Any]) -> dict[str, Any]:
 
 def runs_json(tables: list[Table]) -> str:
     """The page's run ids: ``cells``, one entry per cell of the page (its table's anchor, track, row, column and run
-    ids; a cell shown in several tables once per table) and ``runs``, one entry per run (what the page's runs table
-    held). One entry a line."""
+    ids; a cell shown in several tables once per table) and ``runs``, one entry per run (its settings and result).
+    One entry a line."""
     cells = []
     for table in tables:
         labels = table.row_labels()
-        found = [(track, reference.LABEL, "reference", reference.NON_PRIVATE, cell)
-                 for track in ["reference"] for row, cell in table.references.items()]
+        found = [("reference", reference.LABEL, "reference", reference.NON_PRIVATE, cell)
+                 for cell in table.references.values()]
         found += [(row.tuning, reference.row_label(table, row, labels[row]), row.method, column, cell)
                   for (row, column), cell in sorted(table.cells.items())]
         cells += [{"table": anchor(table), "task": table.task, "track": track, "row": label, "method": method,
