@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from dpbench.board import reference
-from dpbench.board.model import TRACK_NOTES, Cell, Table, metric_name, tuning_label, tuning_mode
+from dpbench.board.model import TRACK_NOTES, Cell, Row, Table, metric_name, tuning_label, tuning_mode
 from dpbench.board.plot import METHOD_ORDER, legend_html, method_colour, plot_svg
 from dpbench.board.summary import Comparisons, summary_html, table_names
 from dpbench.board.text import (LEGEND, TRIVIAL, anchor, best_text, explanation, published_notes,
@@ -74,8 +74,8 @@ def _cell_html(cell: Cell, mark: str | None, cost: str = "", text: str | None = 
             + f'<small class="n">n = {cell.n_seeds}</small></td>')
 
 
-def _track_table(table: Table, track: str, comparisons: Comparisons) -> str:
-    columns, labels = reference.columns(table), table.row_labels()
+def _track_table(table: Table, track: str, comparisons: Comparisons, labels: dict[Row, str]) -> str:
+    columns = reference.columns(table)
     marks = {column: comparisons.get((track, column), ({}, {}))[0] for column in columns}
     head = "".join(f"<th>{html.escape(text)}</th>" for text in
                    ["method", "sampler", "accountant", *(c.label for c in columns)])
@@ -187,6 +187,7 @@ def to_html(tables: list[Table], unmatched: list[PublishedResult], methods: dict
             runs_file: str | None = None) -> str:
     """The page; ``runs_file``: the name of the runs file written beside it (None: none is, the page says so)."""
     comparisons = [table.comparisons() for table in tables]  # once per table: the summary and the tables share them
+    labels = [table.row_labels() for table in tables]  # likewise
     names = table_names(tables)
     runs_link = (f'<a href="{html.escape(runs_file)}">{html.escape(runs_file)}</a>' if runs_file else None)
     contents = ['<li><a href="#summary">Summary</a></li>'] + [
@@ -201,7 +202,7 @@ def to_html(tables: list[Table], unmatched: list[PublishedResult], methods: dict
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              "<title>dpbench leaderboard</title>", f"<style>{_STYLE}</style></head><body>",
              f'<nav class="contents"><ul><li><strong>dpbench leaderboard</strong></li>{"".join(contents)}</ul></nav>',
-             "<h1>dpbench leaderboard</h1>", summary_html(tables, comparisons),
+             "<h1>dpbench leaderboard</h1>", summary_html(tables, comparisons, labels),
              f'<p class="explain">{html.escape(LEGEND)} Rows marked <em>published</em> are the seed papers\' own '
              "figures on their own data and settings: shown for reference, never averaged with or ranked against "
              "runs measured here. Each table is one task, data id, δ and neighbouring relation: ε under add/remove "
@@ -210,13 +211,14 @@ def to_html(tables: list[Table], unmatched: list[PublishedResult], methods: dict
         parts.append(f'<section class="task" id="{anchor(table)}"><h2>{html.escape(table.title())}</h2>')
         parts.append(f'<p class="explain">{html.escape(explanation(table))}</p>')
         parts += [f'<p class="explain">Data: {html.escape(note)}</p>' for note in table.data_notes]
-        parts += [_track_table(table, track, comparisons[index]) for track in reference.tracks(table)]
+        parts += [_track_table(table, track, comparisons[index], labels[index])
+                  for track in reference.tracks(table)]
         if table.published:
             parts.append(_published_table(table))
             parts.append('<ul class="notes">' + "".join(f"<li>{html.escape(note)}</li>"
                                                        for note in published_notes(table.published)) + "</ul>")
         svg = plot_svg(table, index)
-        parts.append(f'<figure class="plot">{svg}{legend_html(table)}<figcaption>{html.escape(table.metric)} versus '
+        parts.append(f'<figure class="plot">{svg}{legend_html(table, labels[index])}<figcaption>{html.escape(table.metric)} versus '
                      "ε, one panel per track; error bars: 95% intervals over seeds; the y-axis is set by the cells "
                      "above trivial, the reference and the non-private rows.</figcaption></figure>" if svg else
                      '<p class="explain">No private runs: no plot.</p>')

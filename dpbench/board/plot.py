@@ -17,7 +17,7 @@ import html
 import math
 
 from dpbench.board import reference
-from dpbench.board.model import Cell, Table, tuning_label
+from dpbench.board.model import Cell, Row, Table, tuning_label
 from dpbench.board.text import published_rows
 
 #: One colour per method on every plot: the built-in methods in a fixed order, others by a hash of their name.
@@ -185,9 +185,9 @@ def plot_svg(table: Table, index: int) -> str | None:
             f"{html.escape(label)}</text>{body}</svg>")
 
 
-def legend_html(table: Table) -> str:
-    """The plot's legend: each method of the table, the reference, the majority-class rate and the non-private rows."""
-    labels = table.row_labels()
+def legend_html(table: Table, labels: dict[Row, str]) -> str:
+    """The plot's legend: each method of the table (``labels``: its rows' labels), the reference, the majority-class
+    rate and the non-private rows."""
     items: dict[str, str] = {}
     for row in table.rows():
         style = "dashed" if any(c.kind == "non-private" for (r, c) in table.cells if r == row) else "solid"

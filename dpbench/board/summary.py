@@ -47,14 +47,14 @@ def tracks(tables: list[Table]) -> list[str]:
     return sorted(present, key=lambda t: (TRACK_ORDER.index(t) if t in TRACK_ORDER else len(TRACK_ORDER), t))
 
 
-def matrix(tables: list[Table], comparisons: list[Comparisons] | None = None
-           ) -> list[tuple[Table, Column, dict[str, Entry]]]:
-    """Per table and private ε column with runs: each track's :class:`Entry`. ``comparisons``: the tables'
-    :meth:`~dpbench.board.model.Table.comparisons`, where the caller has them already."""
+def matrix(tables: list[Table], comparisons: list[Comparisons] | None = None,
+           labels: list[dict[Row, str]] | None = None) -> list[tuple[Table, Column, dict[str, Entry]]]:
+    """Per table and private ε column with runs: each track's :class:`Entry`. ``comparisons`` and ``labels``: the
+    tables' :meth:`~dpbench.board.model.Table.comparisons` and ``row_labels``, where the caller has them already."""
     found = []
     for index, table in enumerate(tables):
         marks_of = comparisons[index] if comparisons is not None else table.comparisons()
-        labels = table.row_labels()
+        names_of = labels[index] if labels is not None else table.row_labels()
         columns = sorted({column for _, column in table.cells if column.kind != "non-private"})
         for column in columns:
             by_track = {}
@@ -64,7 +64,7 @@ def matrix(tables: list[Table], comparisons: list[Comparisons] | None = None
                     continue
                 marks = marks_of.get((track, column), ({}, {}))[0]
                 if marks:
-                    names = sorted(((labels[row], reference.privacy_cost(table, cells[row])) for row in marks),
+                    names = sorted(((names_of[row], reference.privacy_cost(table, cells[row])) for row in marks),
                                    key=lambda item: item[0])
                     by_track[track] = Entry(next(iter(marks.values())), names)
                 elif table.direction is None:
@@ -99,9 +99,10 @@ def table_names(tables: list[Table]) -> dict[int, str]:
     return {id(table): table.task if counts[table.task] == 1 else table.title() for table in tables}
 
 
-def summary_html(tables: list[Table], comparisons: list[Comparisons] | None = None) -> str:
+def summary_html(tables: list[Table], comparisons: list[Comparisons] | None = None,
+                 labels: list[dict[Row, str]] | None = None) -> str:
     """The summary section of the page: the matrix, tracks as columns, one row per task and ε."""
-    rows = matrix(tables, comparisons)
+    rows = matrix(tables, comparisons, labels)
     shown = tracks([table for table, _, _ in rows])
     if not rows:
         return ""
@@ -126,9 +127,10 @@ def summary_html(tables: list[Table], comparisons: list[Comparisons] | None = No
             f"{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div></section>")
 
 
-def summary_markdown(tables: list[Table], comparisons: list[Comparisons] | None = None) -> list[str]:
+def summary_markdown(tables: list[Table], comparisons: list[Comparisons] | None = None,
+                     labels: list[dict[Row, str]] | None = None) -> list[str]:
     """The same matrix as markdown lines (the costs in parentheses)."""
-    rows = matrix(tables, comparisons)
+    rows = matrix(tables, comparisons, labels)
     if not rows:
         return []
     shown, names = tracks([table for table, _, _ in rows]), table_names(tables)

@@ -132,9 +132,10 @@ def to_markdown(tables: list[Table], unmatched: list[PublishedResult]) -> str:
     lines = ["# dpbench leaderboard", "", "Contents:", ""]
     lines += [f"- [{table.title()}](#{anchor(table)})" for table in tables] + [""]
     every = [table.comparisons() for table in tables]  # once per table: the summary and the tables share them
-    lines += summary_markdown(tables, every)
-    for table, comparisons in zip(tables, every):
-        columns, labels = reference.columns(table), table.row_labels()
+    all_labels = [table.row_labels() for table in tables]
+    lines += summary_markdown(tables, every, all_labels)
+    for table, comparisons, labels in zip(tables, every, all_labels):
+        columns = reference.columns(table)
         found = reference.reference(table)
         lines += [f'<a id="{anchor(table)}"></a>', "", f"## {table.title()}", "", explanation(table), ""]
         lines += [f"Data: {note}" for note in table.data_notes] + ([""] if table.data_notes else [])
