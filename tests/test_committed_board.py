@@ -44,3 +44,15 @@ def test_the_committed_board_passes_its_checks(capsys):
 
 def test_every_committed_record_verifies(capsys):
     assert main(["verify", str(BOARD / "results.jsonl")]) == 0, capsys.readouterr().out
+
+
+def test_the_page_of_the_committed_records_is_under_600_kb_with_its_run_ids_beside_it(tmp_path):
+    """The page was 3.5 MB, 59% of it run ids (issue 33, item 6): they are in ``index.runs.json`` beside it."""
+    page = tmp_path / "index.html"
+    assert main(["leaderboard", "--records", str(BOARD / "results.jsonl"), "--format", "html", "--out",
+                 str(page)]) == 0
+    assert page.stat().st_size < 600_000
+    records = [json.loads(line) for line in (BOARD / "results.jsonl").read_text().splitlines() if line.strip()]
+    written = json.loads((tmp_path / "index.runs.json").read_text())
+    assert {run["run_id"] for run in written["runs"]} == {r["run_id"] for r in records if r.get("kind", "run") == "run"}
+    assert 'href="index.runs.json"' in page.read_text()

@@ -263,6 +263,7 @@ def test_html_page_renders_tables_and_plots_in_chromium(tmp_path):
     assert 'class="value winner"' in dom and '<tr class="best">' in dom
     assert 'class="value trivial"' in dom and "<small>not above trivial</small>" in dom  # adaclip at the majority rate
     assert '<section id="methods">' in dom and 'href="https://arxiv.org/abs/1607.00133"' in dom
+    assert '<table class="summary">' in dom and '<a href="index.runs.json">' in dom  # the summary, the run ids' file
 
     screenshot = tmp_path / "page.png"
     subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, *profile, f"--screenshot={screenshot}", "--window-size=1200,2000",

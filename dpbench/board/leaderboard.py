@@ -1,7 +1,8 @@
 """``dpbench leaderboard``: tables (methods × ε, one per track), plots and checks, from the results store, a records
 file or W&B. How runs are grouped and compared: :mod:`dpbench.board.model`; the checks:
 :mod:`dpbench.board.check`; the formats: :mod:`dpbench.board.text` (markdown, CSV) and
-:mod:`dpbench.board.html` (the page). Only records of the current ledger version are used.
+:mod:`dpbench.board.html` (the page, and its run ids in a file beside it). Only records of the current ledger
+version are used.
 """
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from dpbench.results.records import LEDGER_VERSION, check_stored
 FORMATS = BOARD_FORMATS
 
 
-def render(records: list[dict[str, Any]], fmt: str, task: str | None = None) -> str:
-    """The board of ``records`` (training runs, and audit records, which mark external plugins) in ``fmt``."""
+def render(records: list[dict[str, Any]], fmt: str, task: str | None = None, runs_file: str | None = None) -> str:
+    """The board of ``records`` (training runs, and audit records, which mark external plugins) in ``fmt``; a page
+    (html) links to ``runs_file``, the file of its run ids (:func:`render_page` writes both)."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "jsonl":  # the records the tables are built from, one per line
@@ -34,9 +36,19 @@ def render(records: list[dict[str, Any]], fmt: str, task: str | None = None) -> 
     if fmt == "md":
         return to_markdown(tables, unmatched)
     from dpbench import registry
-    from dpbench.board.html import to_html  # matplotlib: only the page needs it
+    from dpbench.board.html import to_html
 
-    return to_html(tables, unmatched, registry.methods())
+    return to_html(tables, unmatched, registry.methods(), runs_file)
+
+
+def render_page(records: list[dict[str, Any]], task: str | None, page_name: str) -> tuple[str, str, str]:
+    """The page, the name of its runs file beside it (``index.html`` → ``index.runs.json``) and that file's text."""
+    from dpbench import registry
+    from dpbench.board.html import runs_file_name, runs_json, to_html
+
+    tables, runs_file = _tables(records), runs_file_name(page_name)
+    return (to_html(tables, unmatched_published(tables, task), registry.methods(), runs_file), runs_file,
+            runs_json(tables))
 
 
 def _tables(records: list[dict[str, Any]]):
@@ -113,14 +125,18 @@ def write(fmt: str, task: str | None = None, out: str | None = None, wandb_path:
           records_path: str | None = None) -> None:
     """``dpbench leaderboard``: write the board in ``fmt`` to ``out`` or stdout."""
     records, note = _load(task, wandb_path, records_path)
-    text = render(records, fmt, task)
     if out is None:
-        sys.stdout.write(text)
+        sys.stdout.write(render(records, fmt, task))
     else:
         path = Path(out)
+        files = [(path, render(records, fmt, task))] if fmt != "html" else []
+        if fmt == "html":  # the page, and its run ids in a file beside it
+            page, runs_file, runs_text = render_page(records, task, path.name)
+            files = [(path.with_name(runs_file), runs_text), (path, page)]
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            for target, text in files:
+                target.write_text(text, encoding="utf-8")
         except OSError as error:
             raise UsageError(f"cannot write {out}: {error.strerror or error}") from None
     if note:

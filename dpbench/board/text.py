@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from collections import defaultdict
 
@@ -12,8 +13,9 @@ from dpbench.board.model import (NOT_PRIVATE_TUNING, TRACK_NOTES, Cell, Column, 
 from dpbench.board.published import PublishedResult
 from dpbench.choices import REFERENCE_MODE
 
-CSV_COLUMNS = ["task", "data_id", "method", "epsilon", "epsilon_kind", "delta", "neighbouring", "tuning", "tuning_note",
-               "accountant", "sampler", "hyperparameters", "external_plugin", "code_sha256", "metric", "direction",
+CSV_COLUMNS = ["task", "data_id", "method", "epsilon", "epsilon_kind", "delta", "neighbouring", "track", "tuning",
+               "tuning_note", "accountant", "sampler", "hyperparameters", "selected_hyperparameters", "external_plugin",
+               "code_sha256", "metric", "direction",
                "mean", "std", "se", "ci95_low", "ci95_high", "n_seeds", "leader", "p_below_best_holm",
                "not_above_trivial", "p_above_trivial", "majority_rate", "privacy_cost", "privacy_cost_low",
                "privacy_cost_high", "run_ids"]
@@ -125,10 +127,15 @@ def _md_cell(cell: Cell | None, mark: str | None) -> str:
 
 
 def to_markdown(tables: list[Table], unmatched: list[PublishedResult]) -> str:
+    from dpbench.board.summary import summary_markdown  # it formats with this module's helpers
+
     lines = ["# dpbench leaderboard", "", "Contents:", ""]
     lines += [f"- [{table.title()}](#{anchor(table)})" for table in tables] + [""]
-    for table in tables:
-        columns, comparisons, labels = reference.columns(table), table.comparisons(), table.row_labels()
+    every = [table.comparisons() for table in tables]  # once per table: the summary and the tables share them
+    all_labels = [table.row_labels() for table in tables]
+    lines += summary_markdown(tables, every, all_labels)
+    for table, comparisons, labels in zip(tables, every, all_labels):
+        columns = reference.columns(table)
         found = reference.reference(table)
         lines += [f'<a id="{anchor(table)}"></a>', "", f"## {table.title()}", "", explanation(table), ""]
         lines += [f"Data: {note}" for note in table.data_notes] + ([""] if table.data_notes else [])
@@ -178,9 +185,23 @@ def to_markdown(tables: list[Table], unmatched: list[PublishedResult]) -> str:
     return "\n".join(lines)
 
 
+def selected_hyperparameters(cell: Cell) -> str:
+    """What the tuning of a cell's runs selected (``tuning["selected_params"]``), as JSON: one object where every
+    run selected the same (the validation track selects once for all seeds), else a list of one object per run, by
+    seed (random-stopping tunes per seed); "" for untuned runs."""
+    chosen = [json.dumps(run["tuning"]["selected_params"], sort_keys=True)
+              for run in sorted(cell.runs, key=lambda r: (not isinstance(r["seed"], int),
+                                                        r["seed"] if isinstance(r["seed"], int) else 0, r["run_id"]))
+              if isinstance(run.get("tuning"), dict) and isinstance(run["tuning"].get("selected_params"), dict)]
+    if not chosen:
+        return ""
+    return chosen[0] if len(set(chosen)) == 1 else "[" + ", ".join(chosen) + "]"
+
+
 def _csv_line(table: Table, row: Row, column: Column, cell: Cell, marks: dict[Row, str],
-              adjusted: dict[Row, float]) -> dict[str, object]:
-    """A cell's CSV line: ``marks`` and ``adjusted`` (Holm-adjusted p below the best) of its track and column."""
+              adjusted: dict[Row, float], track: str) -> dict[str, object]:
+    """A cell's CSV line: ``marks`` and ``adjusted`` (Holm-adjusted p below the best) of its track and column;
+    ``track``: the track it is shown in (a measured row's own; each track of its table for the reference)."""
     interval, cost = cell.ci95, reference.privacy_cost(table, cell) if column.kind != "non-private" else None
     cost_interval = cost[1] if cost else None
     return {
@@ -188,10 +209,11 @@ def _csv_line(table: Table, row: Row, column: Column, cell: Cell, marks: dict[Ro
         "epsilon": "inf" if column.kind == "non-private" else repr(column.epsilon), "epsilon_kind": column.kind,
         "delta": "" if column.kind == "non-private" else repr(table.delta),
         "neighbouring": "" if column.kind == "non-private" else table.neighbouring,
-        "tuning": row.tuning, "tuning_note": NOT_PRIVATE_TUNING if row.tuning == "oracle" else
+        "track": track, "tuning": row.tuning, "tuning_note": NOT_PRIVATE_TUNING if row.tuning == "oracle" else
         f"{reference.LABEL}: {reference_text(cell)}" if row.tuning == REFERENCE_MODE else "",
         "accountant": row.accountant, "sampler": row.sampler,
-        "hyperparameters": row.hyperparameters, "external_plugin": row.external, "code_sha256": row.code,
+        "hyperparameters": row.hyperparameters, "selected_hyperparameters": selected_hyperparameters(cell),
+        "external_plugin": row.external, "code_sha256": row.code,
         "metric": table.metric, "direction": table.direction or "", "mean": repr(cell.mean),
         "std": "" if cell.std is None else repr(cell.std), "se": "" if cell.se is None else repr(cell.se),
         "ci95_low": "" if interval is None else repr(interval[0]),
@@ -209,24 +231,26 @@ def _csv_line(table: Table, row: Row, column: Column, cell: Cell, marks: dict[Ro
 
 
 def to_csv(tables: list[Table]) -> str:
-    """One line per measured cell (a non-private cell shown in several tables is written once), and one per
-    reference (method ``reference``, never ranked)."""
+    """One line per measured cell (a non-private cell shown in several tables is written once), its ``track`` its
+    row's; and per reference (method ``reference``, never ranked) one line per track of its table, as the page shows
+    it in every track (``track`` that track, ``tuning`` "reference")."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
-    written: set[int] = set()
+    written: set[tuple[int, str]] = set()
     for table in tables:
         comparisons = table.comparisons()
-        found = [(row, reference.NON_PRIVATE, cell, ({}, {})) for row, cell in table.references.items()]
+        found = [(row, reference.NON_PRIVATE, cell, ({}, {}), track) for row, cell in table.references.items()
+                 for track in reference.tracks(table)]
         for row in table.rows():
             for column in table.columns:
                 cell = table.cells.get((row, column))
                 if cell is not None:
-                    found.append((row, column, cell, comparisons.get((row.tuning, column), ({}, {}))))
-        for row, column, cell, marks in found:
-            if id(cell) not in written:
-                written.add(id(cell))
-                writer.writerow(_csv_line(table, row, column, cell, *marks))
+                    found.append((row, column, cell, comparisons.get((row.tuning, column), ({}, {})), row.tuning))
+        for row, column, cell, marks, track in found:
+            if (id(cell), track) not in written:
+                written.add((id(cell), track))
+                writer.writerow(_csv_line(table, row, column, cell, *marks, track))
     return buffer.getvalue()
 
 
