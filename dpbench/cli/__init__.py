@@ -1,6 +1,6 @@
 """The ``dpbench`` command: ``run``, ``tune``, ``federated``, ``list``, ``privacy``, ``sweep``, ``leaderboard``,
-``reference``, ``audit``, ``verify``, ``runs``, ``show``. Bad input: one line on stderr, exit 2; a tuning study that
-cannot release anything, or a reference that does not converge: one line, exit 1.
+``fidelity``, ``reference``, ``audit``, ``verify``, ``runs``, ``show``. Bad input: one line on stderr, exit 2; a tuning
+study that cannot release anything, or a reference that does not converge: one line, exit 1.
 
 Here the dispatch; the parser is :mod:`dpbench.cli.parser`, the refusals made before anything heavy is imported
 :mod:`dpbench.cli.refusals`, and what each command does :mod:`dpbench.cli.commands`."""
@@ -78,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
             from dpbench.board import leaderboard
 
             leaderboard.write(args.format, args.task, args.out, args.from_wandb, args.records)
+        elif args.command == "fidelity":
+            from dpbench.board import fidelity
+
+            text = fidelity.write(args.records, args.out)
+            if args.out is None:
+                sys.stdout.write(text)
         elif args.command == "reference":
             record = _reference(args)
             from dpbench.tuning import reference

@@ -173,6 +173,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="explained exceptions for --check (default: exceptions.json beside --records)")
     board.add_argument("--plugins", action="append", default=[], metavar="DIR",
                        help="folder of extra method files (the page describes their methods)")
+    fidelity = commands.add_parser("fidelity", help="the seed papers' published numbers beside the board's cells "
+                                                    "(leaderboards/FIDELITY.md; dpbench/board/fidelity.py)")
+    fidelity.add_argument("--records", action="append", default=[], required=True, metavar="FILE.jsonl",
+                          help="a records file (repeat: the board's, the deep tasks', the federated runs')")
+    fidelity.add_argument("--out", help="write to this file instead of stdout")
     reference = commands.add_parser("reference", help="the converged non-private reference of a linear classification "
                                                       "task (dpbench/tuning/reference.py)")
     reference.add_argument("--task", required=True)
