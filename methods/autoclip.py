@@ -1,6 +1,6 @@
 """Automatic clipping: Bu, Wang, Zha & Karypis, "Automatic Clipping: Differentially Private Deep Learning Made Easier
 and Stronger", NeurIPS 2023 (arXiv:2206.07136, 2022): DP-SGD with the per-example normalization AUTO-S."""
-from dpbench.methods.dpsgd import DPSGD
+from dpbench.methods.dpsgd import DPSGD, MOMENTUM
 
 
 class AutoClip(DPSGD):
@@ -33,6 +33,6 @@ class AutoClip(DPSGD):
     description = "DP-SGD with automatic clipping C·g/(‖g‖ + γ), AUTO-S (Bu et al. 2022), C = 1"
     paper = "https://arxiv.org/abs/2206.07136"
     defaults = {**DPSGD.defaults, "gamma": 0.01}
-    search_space = {"lr": {"type": "float", "low": 0.01, "high": 100.0, "log": True}}
+    search_space = {"lr": {"type": "float", "low": 0.01, "high": 100.0, "log": True}, **MOMENTUM}
     clipping = "automatic"
     fixed_clip = 1.0

@@ -1,5 +1,5 @@
 """DP-GD: Yu et al., "Gradient Perturbation is Underrated for Differentially Private Convex Optimization", IJCAI 2020."""
-from dpbench.methods.dpsgd import DPSGD
+from dpbench.methods.dpsgd import DPSGD, MOMENTUM
 
 
 class DPGD(DPSGD):
@@ -16,5 +16,5 @@ class DPGD(DPSGD):
     paper = "https://arxiv.org/abs/1911.11363"
     defaults = {"lr": 1.0, "momentum": 0.0, "weight_decay": 0.0}
     search_space = {"lr": {"type": "float", "low": 0.01, "high": 100.0, "log": True},
-                    "clip": {"type": "float", "low": 0.1, "high": 10.0, "log": True}}
+                    "clip": {"type": "float", "low": 0.1, "high": 10.0, "log": True}, **MOMENTUM}
     full_batch = True

@@ -3,6 +3,9 @@ import torch
 
 from dpbench.method import Method, per_run, stacked
 
+#: Heavy-ball momentum on or off in the SGD family's search spaces (0.9: the usual value; post-processing, no cost)
+MOMENTUM = {"momentum": {"type": "categorical", "choices": [0.0, 0.9]}}
+
 
 class DPSGD(Method):
     """DP-SGD with optional heavy-ball momentum.
@@ -26,7 +29,7 @@ class DPSGD(Method):
     paper = "https://arxiv.org/abs/1607.00133"
     defaults = {"lr": 0.1, "momentum": 0.0, "weight_decay": 0.0, "halve_at": 0.0}
     search_space = {"lr": {"type": "float", "low": 0.01, "high": 100.0, "log": True},
-                    "clip": {"type": "float", "low": 0.1, "high": 10.0, "log": True}}
+                    "clip": {"type": "float", "low": 0.1, "high": 10.0, "log": True}, **MOMENTUM}
 
     def setup(self):
         halve_at = self.hp.get("halve_at", 0.0)  # subclasses with defaults of their own (dpgd) keep η constant

@@ -1,6 +1,6 @@
 """The "norm bound" baseline of Pichapati et al., "AdaCliP: Adaptive Clipping for Private SGD" (2019), Section 6 and
 Table 1: private SGD with noise scaled to a proven bound on every per-example gradient norm instead of clipping."""
-from dpbench.methods.dpsgd import DPSGD
+from dpbench.methods.dpsgd import DPSGD, MOMENTUM
 
 
 class NormBound(DPSGD):
@@ -27,4 +27,5 @@ class NormBound(DPSGD):
     description = "noisy SGD without clipping: noise scaled to the task's proven gradient norm bound (AdaCliP baseline)"
     paper = "https://arxiv.org/abs/1908.07643"
     clip_to_task_bound = True
-    search_space = {"lr": {"type": "float", "low": 0.01, "high": 100.0, "log": True}}  # C is the task's bound
+    search_space = {"lr": {"type": "float", "low": 0.01, "high": 100.0, "log": True},  # C is the task's bound
+                    **MOMENTUM}

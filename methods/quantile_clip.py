@@ -4,7 +4,7 @@ of the clipped sum and the clipped count)."""
 import math
 
 from dpbench.method import CountRelease
-from dpbench.methods.dpsgd import DPSGD
+from dpbench.methods.dpsgd import DPSGD, MOMENTUM
 
 
 class QuantileClip(DPSGD):
@@ -56,7 +56,7 @@ class QuantileClip(DPSGD):
                    "(Andrew et al. 2021), charged with each gradient")
     paper = "https://arxiv.org/abs/1905.03871"
     defaults = {**DPSGD.defaults, "target_quantile": 0.5, "clip_lr": 0.2, "count_noise": None}
-    search_space = {"lr": {"type": "float", "low": 0.01, "high": 100.0, "log": True}}
+    search_space = {"lr": {"type": "float", "low": 0.01, "high": 100.0, "log": True}, **MOMENTUM}
     moves_clip = True
     count_release = True
 
