@@ -102,7 +102,8 @@ def test_three_tracks_run_every_method_alike_and_resume(capsys):
     ([1, 2], "a JSON object is expected"),
     # Issue 35, item 7: the error names the field and what it takes.
     ({"tasks": ["digits"], "methods": ["dpsgd"], "epsilons": [1], "seeds": [0, 1, 2]},
-     "seeds must be a whole number from 1 to 10000 (how many seeds: 0, 1, ... run), got [0, 1, 2]"),
+     "seeds must be a whole number from 1 to 10000 (how many seeds: 0, 1, ... run), or a mapping of task names and "
+     '"default" to such numbers, got [0, 1, 2]'),
     ({"tasks": "digits", "methods": ["dpsgd"], "epsilons": [1], "seeds": 1},
      'tasks must be a non-empty list of names, got "digits"'),
     ({"tasks": ["digits"], "methods": [], "epsilons": [1], "seeds": 1}, "methods must be a non-empty list of names"),
@@ -112,6 +113,12 @@ def test_three_tracks_run_every_method_alike_and_resume(capsys):
      "trials must be a whole number from 1 to 10000 (configurations or the mean of K per cell), got 0"),
     ({"tasks": ["digits"], "methods": ["dpsgd"], "epsilons": [1], "seeds": 1, "tracks": "none"},
      "tracks must be a non-empty list of names"),
+    ({"tasks": ["digits"], "methods": ["dpsgd"], "epsilons": [1], "seeds": {"breast_cancer": 3, "default": 2}},
+     "seeds names tasks not in the grid: breast_cancer"),
+    ({"tasks": ["digits", "adult"], "methods": ["dpsgd"], "epsilons": [1], "seeds": {"digits": 3}},
+     'seeds gives no count for adult (and no "default")'),
+    ({"tasks": ["digits"], "methods": ["dpsgd"], "epsilons": [1], "seeds": {"digits": 0}}, "seeds must be"),
+    ({"tasks": ["digits"], "methods": ["dpsgd"], "epsilons": [1], "seeds": {}}, "seeds must be"),
 ])
 def test_bad_grids_are_refused(refused, tmp_path, grid, message):
     path = tmp_path / "grid.json"
@@ -163,3 +170,17 @@ def test_random_stopping_cells_run_one_study_per_seed_each_with_its_own_secret(c
     del old["tuning"]["config"]["coins"]
     [cell] = sweep.cells(grid)
     assert sweep.identity(cell) == identity(released[0]) != identity(old)
+
+
+def test_seeds_may_be_given_per_task(tmp_path):
+    """``seeds`` as a mapping: a task's own count, else the default; every track and method of the task."""
+    path = tmp_path / "grid.json"
+    path.write_text(json.dumps({"tasks": ["digits", "breast_cancer", "adult"], "methods": ["nonprivate", "dpsgd"],
+                                "epsilons": [1, 2], "seeds": {"default": 2, "breast_cancer": 4, "adult": 1},
+                                "tracks": ["none", "validation"]}))
+    grid = sweep.load_grid(str(path))
+    found = {(cell.task, cell.track, cell.method, cell.epsilon): cell.seeds for cell in sweep.cells(grid)}
+    assert len(found) == 3 * 2 * 3
+    for (task, *_), seeds in found.items():
+        assert seeds == tuple(range({"digits": 2, "breast_cancer": 4, "adult": 1}[task])), (task, seeds)
+    assert {cell.seeds for cell in sweep.cells({**grid, "seeds": 3})} == {(0, 1, 2)}

@@ -12,7 +12,16 @@ Violations (each a line: kind, task, relation, track, method, ε, and the number
 * ``collapsed``: a cell of two seeds or more at or above the test set's majority-class rate but not significantly
   above it (the board's "not above trivial": one-sided one-sample t-test over seeds, α = 0.05);
 * ``below-majority``: a cell whose mean is below the majority-class rate (worse than predicting one class);
-* ``wide-interval``: a cell whose 95% interval is wider than 0.1 (too few seeds for what it shows).
+* ``wide-interval``: a cell whose 95% interval is wider than 0.1 (too few seeds for what it shows);
+* ``boundary-hit``: a tuned cell whose selected hyperparameters lie on a boundary of the space its trials drew from,
+  in more than half of its studies (:mod:`dpbench.board.boundary`: the end of an ordered numeric list, the outer 5% of
+  a range), the hyperparameters and their end (low/high) named: the search list, not the method, may have decided
+  the cell (a high epochs or steps hit: the budget may bind);
+* ``infeasible-above-trivial``: a cell the grid declares infeasible (:mod:`dpbench.board.infeasible`) whose mean is
+  significantly above the majority-class rate: the declaration is wrong. Declared cells are never reported
+  ``collapsed`` or ``below-majority``: nothing was expected to learn there.
+
+The declarations are the ``infeasible`` key of the grid (by default ``grid.json`` beside the records file; ``--grid``).
 
 An exceptions file (JSON list; by default ``exceptions.json`` beside the records file) explains the ones that remain
 after investigation: ``{"kind", "task", "method", "track", "epsilons": [...] or "all", "reason"}`` (``relation``
@@ -26,11 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dpbench.board import boundary
 from dpbench.board.model import Cell, Table
 from dpbench.board.reference import reference as reference_of
+from dpbench.board.stats import ALPHA
 from dpbench.errors import UsageError
 
-KINDS = ("above-reference", "above-non-private", "decreasing", "collapsed", "below-majority", "wide-interval")
+KINDS = ("above-reference", "above-non-private", "decreasing", "collapsed", "below-majority", "wide-interval",
+         "boundary-hit", "infeasible-above-trivial")
 WIDEST_INTERVAL = 0.1
 _BELOW = 1e-9  # a mean this far under the rate is below it (not float rounding of equal accuracies)
 
@@ -55,11 +67,19 @@ def _se_difference(a: Cell, b: Cell) -> float:
     return math.sqrt((a.se or 0.0) ** 2 + (b.se or 0.0) ** 2)
 
 
-def _cell_violations(cell: Cell, reference: Cell | None, private: bool) -> list[tuple[str, str]]:
-    """(kind, detail) of one cell's violations other than ``decreasing``."""
+def _cell_violations(cell: Cell, reference: Cell | None, private: bool, infeasible: bool = False
+                     ) -> list[tuple[str, str]]:
+    """(kind, detail) of one cell's violations other than ``decreasing``, ``above-reference`` and ``boundary-hit``;
+    ``infeasible``: the grid declares the cell infeasible."""
     found = []
     rate = cell.majority_rate
-    if rate is not None and cell.mean < rate - _BELOW:
+    if infeasible:
+        p = cell.trivial_p
+        if p is not None and p < ALPHA:
+            found.append(("infeasible-above-trivial", f"declared infeasible, but its mean {cell.mean:.4f} is "
+                                                      f"significantly above the majority-class rate {rate:.4f} "
+                                                      f"(one-sided t-test p = {p:.3g})"))
+    elif rate is not None and cell.mean < rate - _BELOW:
         found.append(("below-majority", f"mean {cell.mean:.4f} below the majority-class rate {rate:.4f}"))
     elif cell.not_above_trivial:
         found.append(("collapsed", f"mean {cell.mean:.4f} not significantly above the majority-class rate "
@@ -88,9 +108,20 @@ def _decreasing(points: list[tuple[float, Cell]]) -> list[tuple[float, str]]:
     return found
 
 
+def _boundary_hits(cell: Cell) -> str | None:
+    """The detail of a cell's ``boundary-hit`` (the hits most of its studies share), or None."""
+    listed = [hit for hit in boundary.cell_hits(cell)[1] if hit.listed]
+    return "; ".join(hit.describe() for hit in listed) if listed else None
+
+
 def violations(tables: list[Table]) -> list[Violation]:
     found: list[Violation] = []
     for table in tables:
+        for (row, column), cell in table.cells.items():
+            if row.tuning != "none" and (detail := _boundary_hits(cell)):
+                epsilon = None if column.kind == "non-private" else column.epsilon
+                found.append(Violation("boundary-hit", table.task, table.neighbouring, row.tuning, row.method,
+                                       epsilon, detail))
         if table.direction != "higher":
             continue
         reference = next((cell for (row, column), cell in table.cells.items()
@@ -101,7 +132,8 @@ def violations(tables: list[Table]) -> list[Violation]:
             private = column.kind != "non-private"
             epsilon = column.epsilon if private else None
             found += [Violation(kind, table.task, table.neighbouring, row.tuning, row.method, epsilon, detail)
-                      for kind, detail in _cell_violations(cell, reference, private)]
+                      for kind, detail in _cell_violations(cell, reference, private,
+                                                           table.declared_infeasible(column))]
             if converged is not None and private:
                 excess, two_se = cell.mean - converged[1].mean, 2 * _se_difference(cell, converged[1])
                 if excess > two_se and excess > 0:
@@ -162,3 +194,22 @@ def check(tables: list[Table], exceptions: list[dict[str, Any]]) -> list[str]:
             problems.append(f"stale exception (ε = {', '.join(map(str, stale))} matches no violation): "
                             f"{json.dumps(entry, ensure_ascii=False)}")
     return problems
+
+
+def run(task: str | None = None, wandb_path: str | None = None, records_path: str | None = None,
+        exceptions_path: str | None = None, grid_path: str | None = None) -> list[str]:
+    """``dpbench leaderboard --check``: the unexplained violations (empty if the board passes). The exceptions file
+    and the grid (whose ``infeasible`` declarations apply) default to ``exceptions.json`` and ``grid.json`` beside the
+    records file, if there are."""
+    from dpbench.board import infeasible
+    from dpbench.board.leaderboard import _tables, load
+
+    if exceptions_path is None and records_path:
+        beside = Path(records_path).with_name("exceptions.json")
+        exceptions_path = str(beside) if beside.exists() else None
+    if grid_path is None and records_path:
+        beside = Path(records_path).with_name("grid.json")
+        grid_path = str(beside) if beside.exists() else None
+    exceptions = load_exceptions(Path(exceptions_path)) if exceptions_path else []
+    declaration = infeasible.from_grid_file(Path(grid_path)) if grid_path else infeasible.Declaration()
+    return check(infeasible.declare(_tables(load(task, wandb_path, records_path)), declaration), exceptions)

@@ -33,6 +33,8 @@ How runs are grouped, so that no cell mixes runs that are not comparable:
 * The converged non-private references (:mod:`dpbench.tuning.reference`, tuning mode ``reference``) are no track:
   they are held apart (``Table.references``), in every table of their task, data id and metric, never ranked; what
   the board shows of them is :mod:`dpbench.board.reference`.
+* A private (task, ε) column the grid declares infeasible (:mod:`dpbench.board.infeasible`: nothing is expected to
+  learn there) is listed in ``Table.infeasible``, for the renderers to draw as "infeasible (declared)".
 """
 from __future__ import annotations
 
@@ -236,10 +238,16 @@ class Table:
     #: the audits of external plugins (``dpbench.trust.audit.audit_status``)
     audits: AuditEvidence = field(default_factory=AuditEvidence)
     references: dict[Row, Cell] = field(default_factory=dict)  # the task's converged non-private references
+    #: the private ε columns the grid declares infeasible (:mod:`dpbench.board.infeasible`; set by its ``declare``)
+    infeasible: frozenset[float] = field(default_factory=frozenset)
 
     @property
     def direction(self) -> str | None:
         return metric_direction(self.metric)
+
+    def declared_infeasible(self, column: Column) -> bool:
+        """The grid declares this private column infeasible ("infeasible (declared)"; never ``collapsed``)."""
+        return column.kind != "non-private" and column.epsilon in self.infeasible
 
     @property
     def sign(self) -> int:

@@ -6,9 +6,13 @@ A grid is a JSON file::
      "tracks": ["none", "validation", "random-stopping"], "trials": 16, "neighbouring": "replace-one",
      "reference": true}
 
-``tracks`` (default ``["none"]``), ``trials`` (default 16), ``neighbouring`` (default: each method's own) and
+``tracks`` (default ``["none"]``), ``trials`` (default 16), ``neighbouring`` (default: each method's own),
 ``reference`` (default false: each task's converged non-private reference, :mod:`dpbench.tuning.reference`, one
-record per task) are optional. The tracks, every method treated alike:
+record per task) and ``infeasible`` (the (task, ε) cells declared infeasible, :mod:`dpbench.board.infeasible`: the
+sweep runs them all the same, so that the board can test the declaration) are optional. ``seeds`` is a count for
+every task or a mapping of task to count with an optional ``"default"`` for the tasks it does not name (``{"default":
+5, "breast_cancer": 10}``: a task whose cells' intervals are wide gets more seeds; seeds 0, 1, ... run). The tracks,
+every method treated alike:
 
 * ``none``: the method's defaults with the task's epochs and batch size, one run per seed, as ``dpbench run``;
 * ``validation``: ``trials`` configurations drawn from the method's search space, selected on held-out training
@@ -46,6 +50,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from dpbench import registry
 from dpbench import threads as dpbench_threads
 from dpbench.choices import REFERENCE_MODE
+from dpbench.board import infeasible
 from dpbench.data import stages
 from dpbench.errors import TuningError, UsageError
 from dpbench.method import ReleaseMethod
@@ -58,7 +63,7 @@ from dpbench.spec import RunSpec
 from dpbench.tuning import reference, released, tune, validation
 
 TRACKS = ("none", "validation", "random-stopping")
-GRID_KEYS = {"tasks", "methods", "epsilons", "seeds", "tracks", "trials", "neighbouring", "reference"}
+GRID_KEYS = {"tasks", "methods", "epsilons", "seeds", "tracks", "trials", "neighbouring", "reference", "infeasible"}
 DEFAULTS = {"tracks": ["none"], "trials": 16, "neighbouring": None, "reference": False}
 
 
@@ -70,6 +75,18 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 10_000
 
 
+def _seeds(value: Any) -> bool:
+    """A count, or a non-empty mapping of task names (or "default") to counts."""
+    return _count(value) or (isinstance(value, dict) and bool(value) and all(
+        isinstance(key, str) and _count(count) for key, count in value.items()))
+
+
+def seeds_for(grid: dict[str, Any], task: str) -> int:
+    """How many seeds (0, 1, ...) the grid runs on ``task``: its ``seeds``, the task's entry or the default."""
+    seeds = grid["seeds"]
+    return seeds if isinstance(seeds, int) else seeds.get(task, seeds.get("default"))
+
+
 #: What each field of a grid takes (``neighbouring`` is checked against its choices): field -> (what, test).
 GRID_FIELDS = {
     "tasks": ("a non-empty list of names", _names),
@@ -77,7 +94,8 @@ GRID_FIELDS = {
     "tracks": (f"a non-empty list of names ({', '.join(TRACKS)})", _names),
     "epsilons": ("a non-empty list of positive numbers", lambda v: isinstance(v, list) and bool(v) and all(
         isinstance(e, (int, float)) and not isinstance(e, bool) and 0 < e < float("inf") for e in v)),
-    "seeds": ("a whole number from 1 to 10000 (how many seeds: 0, 1, ... run)", _count),
+    "seeds": ("a whole number from 1 to 10000 (how many seeds: 0, 1, ... run), or a mapping of task names and "
+              "\"default\" to such numbers", _seeds),
     "trials": ("a whole number from 1 to 10000 (configurations or the mean of K per cell)", _count),
     "reference": ("true or false (each task's converged non-private reference)", lambda v: isinstance(v, bool)),
 }
@@ -118,6 +136,12 @@ def load_grid(path: str) -> dict[str, Any]:
         raise UsageError(f"grid {path}: unknown tracks {', '.join(unknown_tracks)}; choose from {', '.join(TRACKS)}")
     if grid["neighbouring"] not in (None, *NEIGHBOURING):
         raise UsageError(f"grid {path}: neighbouring must be one of {', '.join(NEIGHBOURING)}")
+    if isinstance(grid["seeds"], dict):
+        if stray := [key for key in grid["seeds"] if key != "default" and key not in grid["tasks"]]:
+            raise UsageError(f"grid {path}: seeds names tasks not in the grid: {', '.join(stray)}")
+        if uncounted := [task for task in grid["tasks"] if seeds_for(grid, task) is None]:
+            raise UsageError(f"grid {path}: seeds gives no count for {', '.join(uncounted)} (and no \"default\")")
+    infeasible.parse(grid.get("infeasible"), grid["tasks"], grid["epsilons"], f"grid {path}")
     return grid
 
 
@@ -132,7 +156,8 @@ def cells(grid: dict[str, Any]) -> list[Cell]:
                 private = methods[method].private
                 budgets = grid["epsilons"] if private else [None]
                 found += [Cell(track, task, method, None if epsilon is None else float(epsilon),
-                               tuple(range(grid["seeds"])), grid["trials"], grid["neighbouring"] if private else None)
+                               tuple(range(seeds_for(grid, task))), grid["trials"],
+                               grid["neighbouring"] if private else None)
                           for epsilon in budgets]
     return found
 

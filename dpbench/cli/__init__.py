@@ -62,10 +62,15 @@ def main(argv: list[str] | None = None) -> int:
             counts = sweep.run_grid(sweep.load_grid(args.grid), args.workers, scheduler=args.scheduler,
                                     threads=threads.requested(args.threads)[0])
             print(", ".join(f"{count} {what}" for what, count in counts.items()))
-        elif args.command == "leaderboard" and args.check:
-            from dpbench.board import leaderboard
+        elif args.command == "leaderboard" and args.boundary_hits:
+            from dpbench.board import boundary, leaderboard
 
-            problems = leaderboard.run_check(args.task, args.from_wandb, args.records, args.exceptions)
+            print(boundary.rates_markdown(leaderboard._tables(leaderboard.load(args.task, args.from_wandb,
+                                                                               args.records))), end="")
+        elif args.command == "leaderboard" and args.check:
+            from dpbench.board import check
+
+            problems = check.run(args.task, args.from_wandb, args.records, args.exceptions, args.grid)
             for line in problems:
                 print(line)
             print(f"dpbench: {len(problems)} unexplained problem(s)" if problems else "dpbench: the board passes its "

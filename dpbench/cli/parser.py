@@ -171,6 +171,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="list what is wrong with the board (exit 1 if anything is not explained)")
     board.add_argument("--exceptions", metavar="FILE.json",
                        help="explained exceptions for --check (default: exceptions.json beside --records)")
+    board.add_argument("--grid", metavar="GRID.json",
+                       help="the grid whose declared infeasible cells --check applies (default: grid.json beside "
+                            "--records)")
+    board.add_argument("--boundary-hits", action="store_true",
+                       help="print the boundary-hit rate of the tuned cells per track and method (markdown)")
     board.add_argument("--plugins", action="append", default=[], metavar="DIR",
                        help="folder of extra method files (the page describes their methods)")
     fidelity = commands.add_parser("fidelity", help="the seed papers' published numbers beside the board's cells "

@@ -1,0 +1,225 @@
+"""Boundary hits: a tuned cell whose selected hyperparameters lie on a boundary of the space its trials drew from.
+
+A selection at the edge of its search list says the list, not the method, may have decided the cell: a learning rate
+at the top of its range might have gone higher, epochs (or a full-batch method's steps) at the largest choice mean
+the compute budget may bind. What counts as a boundary, per entry of the space (``tuning.config.search_space``,
+else ``tuning.search_space``: the space the trials drew from):
+
+* an ordered numeric categorical list (every choice a number, at least two distinct ones: epochs, steps, batch
+  sizes, AMP's constants): the selected value equals its smallest choice ("low") or its largest ("high"). A list of
+  two choices is therefore always hit: widen it to three or more;
+* a float or int range ``{low, high[, log]}``: the selected value lies in the outer 5% of the range (:data:`EDGE`),
+  measured in log space where the range is log-scaled ("low" or "high");
+* a categorical list of anything else (variant names, booleans, None among the choices): not ordered, no boundary.
+
+What a cell counts. A cell's *studies* are its separate selections: the validation track selects one configuration
+per cell and runs every seed with it (one study; several only if the cell's records hold several selections), the
+random-stopping track runs one study per tuning seed (each record is one released study, told apart by
+``tuning.study``). A cell's hit fraction is the share of its studies whose selection lies on some boundary; the
+boundary-hit rate of a method (:func:`rates`) is the mean of its cells' fractions, so every (task, ε) cell weighs
+the same whatever its number of studies (with five tuning seeds everywhere it is the share of studies). ``dpbench
+leaderboard --check`` lists a cell (``boundary-hit``, :func:`cell_hits`) where more than half of its studies hit
+the same boundary (same hyperparameter, same end): the one selection of a validation cell, 3 of 5 random-stopping
+studies. A single random-stopping study at a float range's edge is expected by chance (a hyperparameter that does
+not matter lands in the outer 10% of its range one time in ten), the same edge in most studies is not.
+
+Only tuned tracks have selections: rows of the ``none`` track and the converged references are never counted.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from dpbench.board.model import Cell, Column, Row, Table
+
+EDGE = 0.05  # the outer share of a float range (each end) that counts as its boundary
+BUDGET_KEYS = ("epochs", "steps")  # a "high" hit on these: the compute budget may bind
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _position(value: float, low: float, high: float, log: bool) -> float | None:
+    """Where ``value`` lies in [low, high], 0 at low and 1 at high (log scale if ``log``); None if undefined."""
+    if log:
+        if min(value, low, high) <= 0:
+            return None
+        value, low, high = math.log(value), math.log(low), math.log(high)
+    return None if high <= low else (value - low) / (high - low)
+
+
+def boundary(entry: dict[str, Any], value: Any) -> str | None:
+    """"low" or "high" if ``value`` lies on that boundary of the search-space ``entry``, else None."""
+    if not isinstance(entry, dict) or not _number(value):
+        return None
+    if entry.get("type") == "categorical":
+        choices = entry.get("choices")
+        if not isinstance(choices, list) or not all(_number(choice) for choice in choices) or len(set(choices)) < 2:
+            return None  # not an ordered numeric list: names, booleans, None, or nothing to choose
+        return "low" if value <= min(choices) else "high" if value >= max(choices) else None
+    if entry.get("type") in ("float", "int") and _number(entry.get("low")) and _number(entry.get("high")):
+        where = _position(value, entry["low"], entry["high"], bool(entry.get("log")))
+        if where is None:
+            return None
+        return "low" if where <= EDGE else "high" if where >= 1 - EDGE else None
+    return None
+
+
+def hits(space: dict[str, Any], selected: dict[str, Any]) -> dict[str, str]:
+    """{hyperparameter: "low" | "high"} of the ``selected`` values on a boundary of ``space``."""
+    found = {}
+    for name, entry in sorted((space or {}).items()):
+        if name in (selected or {}):
+            end = boundary(entry, selected[name])
+            if end is not None:
+                found[name] = end
+    return found
+
+
+def _space(tuning: dict[str, Any]) -> dict[str, Any] | None:
+    config = tuning.get("config") if isinstance(tuning.get("config"), dict) else {}
+    space = config.get("search_space", tuning.get("search_space"))
+    return space if isinstance(space, dict) else None
+
+
+@dataclass(frozen=True)
+class Study:
+    """One selection: the space its trials drew from and the selected values."""
+
+    space: dict[str, Any]
+    selected: dict[str, Any]
+
+    @property
+    def hits(self) -> dict[str, str]:
+        return hits(self.space, self.selected)
+
+
+def studies(cell: Cell) -> list[Study]:
+    """The cell's separate selections (module docstring): one per ``tuning.study`` (random stopping), else one per
+    distinct (space, selection) (the validation track's one selection). Runs without a selection (untuned, the
+    references) give none."""
+    found: dict[str, Study] = {}
+    for run in cell.runs:
+        tuning = run.get("tuning")
+        if not isinstance(tuning, dict) or not isinstance(tuning.get("selected_params"), dict):
+            continue
+        space = _space(tuning)
+        if space is None:
+            continue
+        selected = tuning["selected_params"]
+        key = str(tuning.get("study") or json.dumps([space, selected], sort_keys=True, default=str))
+        found.setdefault(key, Study(space, selected))
+    return list(found.values())
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A boundary of one hyperparameter hit by ``count`` of a cell's ``studies`` studies, at ``end``."""
+
+    name: str
+    end: str  # "low" or "high"
+    count: int
+    studies: int
+    values: tuple[Any, ...]  # the selected values on that boundary
+    entry: dict[str, Any]
+
+    @property
+    def listed(self) -> bool:
+        """Most of the cell's studies hit it: ``--check`` lists the cell."""
+        return 2 * self.count > self.studies
+
+    def describe(self) -> str:
+        entry = self.entry
+        if entry.get("type") == "categorical":
+            where = f"the {'largest' if self.end == 'high' else 'smallest'} choice of {sorted(entry['choices'])}"
+        else:
+            scale = ", log" if entry.get("log") else ""
+            where = f"the {self.end} {EDGE:.0%} of [{entry['low']:g}, {entry['high']:g}{scale}]"
+        values = ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in sorted(set(self.values)))
+        budget = " (the budget may bind)" if self.end == "high" and self.name in BUDGET_KEYS else ""
+        return f"{self.name} = {values} at {where}{budget} in {self.count} of {self.studies} selection(s)"
+
+
+def cell_hits(cell: Cell) -> tuple[int, list[Hit]]:
+    """(the cell's number of studies, its hits by hyperparameter and end, most frequent first)."""
+    found = studies(cell)
+    by_end: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    for study in found:
+        for name, end in study.hits.items():
+            by_end[name, end].append(study.selected[name])
+    entries = {name: study.space[name] for study in found for name in study.space}
+    listed = [Hit(name, end, len(values), len(found), tuple(values), entries[name])
+              for (name, end), values in by_end.items()]
+    return len(found), sorted(listed, key=lambda hit: (-hit.count, hit.name, hit.end))
+
+
+def fraction(cell: Cell) -> float | None:
+    """The share of the cell's studies that hit any boundary (None: no studies, an untuned cell)."""
+    found = studies(cell)
+    return sum(bool(study.hits) for study in found) / len(found) if found else None
+
+
+def tuned_cells(tables: list[Table]) -> list[tuple[Table, Row, Column, Cell]]:
+    """Every cell with selections, once (the non-private cells are shown in several tables of their task)."""
+    seen: set[int] = set()
+    found = []
+    for table in tables:
+        for (row, column), cell in sorted(table.cells.items(), key=lambda item: item[0]):
+            if id(cell) in seen or row.tuning == "none" or not studies(cell):
+                continue
+            seen.add(id(cell))
+            found.append((table, row, column, cell))
+    return found
+
+
+@dataclass
+class Rate:
+    """The boundary-hit rate of one method in one track (or of all, ``method`` = "all")."""
+
+    track: str
+    method: str
+    cells: int = 0
+    studies: int = 0
+    hit_share: float = 0.0  # sum over cells of each cell's fraction of studies hitting
+    listed: int = 0  # cells --check lists
+    by_end: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))  # studies hitting each
+
+    @property
+    def rate(self) -> float:
+        return self.hit_share / self.cells if self.cells else 0.0
+
+    def add(self, cell: Cell) -> None:
+        n, found = cell_hits(cell)
+        self.cells += 1
+        self.studies += n
+        self.hit_share += fraction(cell) or 0.0
+        self.listed += any(hit.listed for hit in found)
+        for hit in found:
+            self.by_end[hit.name, hit.end] += hit.count
+
+
+def rates(tables: list[Table]) -> list[Rate]:
+    """The boundary-hit rate per (track, method), then per track over all its methods, then over every tuned cell
+    (track "all tuned", method "all"): :attr:`Rate.rate` is the mean of the cells' fractions of studies hitting."""
+    by_key: dict[tuple[str, str], Rate] = {}
+    for _, row, _, cell in tuned_cells(tables):
+        for key in [(row.tuning, row.method), (row.tuning, "all"), ("all tuned", "all")]:
+            by_key.setdefault(key, Rate(*key)).add(cell)
+    order = {"all tuned": 1}
+    return sorted(by_key.values(), key=lambda r: (order.get(r.track, 0), r.track, r.method == "all", r.method))
+
+
+def rates_markdown(tables: list[Table]) -> str:
+    """:func:`rates` as a markdown table (``dpbench leaderboard --boundary-hits``), with which ends were hit."""
+    lines = ["| track | method | cells | studies | boundary-hit rate | cells listed by --check | hits (studies) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for rate in rates(tables):
+        ends = ", ".join(f"{name} {end} {count}" for (name, end), count in
+                         sorted(rate.by_end.items(), key=lambda item: (-item[1], item[0])))
+        lines.append(f"| {rate.track} | {rate.method} | {rate.cells} | {rate.studies} | {rate.rate:.1%} | "
+                     f"{rate.listed} ({rate.listed / rate.cells:.0%}) | {ends or '—'} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,143 @@
+"""Boundary hits (dpbench/board/boundary.py): a selection on an end of its search list or in the outer 5% of its
+range is a hit, one list step (or a little more than 5%) inside is not; a cell is listed by ``--check`` when most
+of its studies hit the same end; the rate per method counts the studies."""
+import json
+import math
+
+import pytest
+
+from dpbench.board import boundary
+from dpbench.board.model import build_tables
+from dpbench.cli import main
+from dpbench.results import store
+from tests.test_board_check import board
+from tests.test_leaderboard import add_run
+
+EPOCHS = {"type": "categorical", "choices": [10, 3, 5]}  # unordered as given: the order is the numbers'
+LR = {"type": "float", "low": 0.01, "high": 100.0, "log": True}
+CLIP = {"type": "float", "low": 0.0, "high": 10.0}
+
+
+def log_point(share: float) -> float:
+    """The value ``share`` of the way from LR's low to its high, on its log scale."""
+    return math.exp(math.log(0.01) + share * (math.log(100.0) - math.log(0.01)))
+
+
+@pytest.mark.parametrize("entry, value, end", [
+    (EPOCHS, 10, "high"),
+    (EPOCHS, 5, None),  # one list step inside the top
+    (EPOCHS, 3, "low"),
+    ({"type": "categorical", "choices": [256, 1024]}, 256, "low"),  # two choices: always an end
+    ({"type": "categorical", "choices": ["convex", "strongly_convex"]}, "convex", None),  # names are not ordered
+    ({"type": "categorical", "choices": [None, 1.0, 2.0]}, 2.0, None),  # not every choice a number
+    ({"type": "categorical", "choices": [True, False]}, True, None),  # booleans are not numbers here
+    ({"type": "categorical", "choices": [8]}, 8, None),  # nothing chosen
+    (LR, log_point(0.04), "low"),
+    (LR, log_point(0.06), None),  # a little more than 5% inside, on the log scale
+    (LR, log_point(0.94), None),
+    (LR, log_point(0.96), "high"),
+    (LR, 0.3, None),  # 0.3 is under 5% of [0.01, 100] linearly, not on its log scale
+    (CLIP, 0.4, "low"),  # a linear range: 4% of [0, 10]
+    (CLIP, 0.6, None),
+    (CLIP, 9.6, "high"),
+    ({"type": "int", "low": 1, "high": 101}, 100, "high"),
+    ({"type": "int", "low": 1, "high": 101}, 90, None),
+])
+def test_a_selection_is_a_hit_exactly_on_a_boundary(entry, value, end):
+    assert boundary.boundary(entry, value) == end
+
+
+def test_hits_name_the_hyperparameters_and_their_ends():
+    space = {"epochs": EPOCHS, "lr": LR, "variant": {"type": "categorical", "choices": ["a", "b"]}}
+    assert boundary.hits(space, {"epochs": 10, "lr": log_point(0.02), "variant": "b"}) == {"epochs": "high",
+                                                                                           "lr": "low"}
+    assert boundary.hits(space, {"epochs": 5, "lr": log_point(0.5), "variant": "a"}) == {}
+
+
+def validation_tuning(epochs, lr=1.0):
+    return {"mode": "validation", "selected_params": {"epochs": epochs, "lr": lr},
+            "config": {"mode": "validation", "search_space": {"epochs": EPOCHS, "lr": LR}}}
+
+
+def study_tuning(seed, lr):
+    """A random-stopping study's released record: its own study name, the space beside its config's."""
+    return {"mode": "random-stopping", "study": f"study-{seed}", "selected_params": {"lr": lr},
+            "search_space": {"lr": LR}, "config": {"mode": "random-stopping", "search_space": {"lr": LR}}}
+
+
+def tuned_board(epochs_at_8=5, studies_high=0):
+    """The clean board of test_board_check, plus a validation-tuned dpsgd row (epochs 5 everywhere but at ε = 8:
+    ``epochs_at_8``) and a random-stopping dpsgd row (``studies_high`` of the 5 studies at ε = 8 choose an lr at
+    the top of its range; the others the middle), every cell clean otherwise."""
+    board()
+    means = {1: 0.80, 2: 0.82, 8: 0.84}
+    for seed, offset in enumerate([-0.007, -0.0035, 0.0, 0.0035, 0.007]):
+        for epsilon, mean in means.items():
+            epochs = epochs_at_8 if epsilon == 8 else 5
+            add_run(mean + offset, seed=seed, epsilon_target=epsilon, epsilon=epsilon, test_majority_rate=0.6,
+                    tuning=validation_tuning(epochs), hyperparameters={"lr": 1.0, "epochs": epochs})
+            lr = 99.0 if epsilon == 8 and seed < studies_high else 1.0
+            add_run(mean + offset, seed=seed, epsilon_target=epsilon, epsilon=epsilon, test_majority_rate=0.6,
+                    tuning=study_tuning(seed, lr), hyperparameters={"lr": lr, "epochs": 3})
+
+
+def check(capsys, *args):
+    code = main(["leaderboard", "--check", *args])
+    return code, capsys.readouterr().out.splitlines()
+
+
+def test_a_selection_one_step_inside_its_list_passes_the_check(capsys):
+    tuned_board(epochs_at_8=5)
+    assert check(capsys) == (0, [])
+
+
+def test_a_selection_at_the_end_of_its_list_is_a_boundary_hit_until_explained(capsys, tmp_path):
+    tuned_board(epochs_at_8=10)
+    code, lines = check(capsys)
+    assert (code, lines) == (1, ["boundary-hit: digits (add-remove) · validation · dpsgd · ε = 8: epochs = 10 at the "
+                                 "largest choice of [3, 5, 10] (the budget may bind) in 1 of 1 selection(s)"])
+    exceptions = tmp_path / "exceptions.json"
+    exceptions.write_text(json.dumps([{"kind": "boundary-hit", "task": "digits", "method": "dpsgd",
+                                       "track": "validation", "epsilons": [8], "reason": "a test of the check"}]))
+    assert check(capsys, "--exceptions", str(exceptions)) == (0, [])
+
+
+def test_a_low_end_is_named_low(capsys):
+    tuned_board(epochs_at_8=3)
+    code, lines = check(capsys)
+    assert code == 1 and lines == ["boundary-hit: digits (add-remove) · validation · dpsgd · ε = 8: epochs = 3 at "
+                                   "the smallest choice of [3, 5, 10] in 1 of 1 selection(s)"]
+
+
+def test_random_stopping_cells_are_listed_when_most_of_their_studies_hit(capsys):
+    tuned_board(studies_high=2)  # 2 of 5: chance, not listed
+    assert check(capsys) == (0, [])
+    store.default_path().unlink()
+    tuned_board(studies_high=3)
+    code, lines = check(capsys)
+    assert (code, lines) == (1, ["boundary-hit: digits (add-remove) · random-stopping · dpsgd · ε = 8: lr = 99 at "
+                                 "the high 5% of [0.01, 100, log] in 3 of 5 selection(s)"])
+
+
+def test_the_rate_counts_the_studies_hitting_per_cell():
+    tuned_board(epochs_at_8=10, studies_high=2)
+    tables = build_tables(store.load())
+    found = {(rate.track, rate.method): rate for rate in boundary.rates(tables)}
+    validation, stopping = found["validation", "dpsgd"], found["random-stopping", "dpsgd"]
+    assert (validation.cells, validation.studies, validation.listed) == (3, 3, 1)
+    assert validation.rate == pytest.approx(1 / 3)  # one of three cells, each one selection
+    assert (stopping.cells, stopping.studies, stopping.listed) == (3, 15, 0)
+    assert stopping.rate == pytest.approx((2 / 5) / 3)  # 2 of 5 studies in one of three cells
+    assert dict(stopping.by_end) == {("lr", "high"): 2}
+    overall = found["all tuned", "all"]
+    assert (overall.cells, overall.studies) == (6, 18)  # the non-private cell recorded no selection: not counted
+    assert overall.rate == pytest.approx((1 + 2 / 5) / 6)
+    assert ("none", "dpsgd") not in found  # untuned rows have no selection
+
+
+def test_the_rates_are_printed_for_the_readme(capsys):
+    tuned_board(epochs_at_8=10)
+    assert main(["leaderboard", "--boundary-hits"]) == 0
+    out = capsys.readouterr().out
+    assert "| validation | dpsgd | 3 | 3 | 33.3% | 1 (33%) | epochs high 1 |" in out
+    assert "| all tuned | all | 6 | 18 | 16.7% | 1 (17%) | epochs high 1 |" in out

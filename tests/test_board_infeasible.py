@@ -1,0 +1,92 @@
+"""Infeasible cells declared up front (dpbench/board/infeasible.py): a grid's declaration removes ``collapsed`` and
+``below-majority`` from exactly the cells it covers (n·ε below its threshold, or listed), and a declared cell that
+learns is reported (``infeasible-above-trivial``)."""
+import json
+
+import pytest
+
+from dpbench.board import infeasible
+from dpbench.board.model import Column, build_tables
+from dpbench.cli import main
+from dpbench.results import store
+from tests.test_board_check import CLEAN, board
+
+#: n_train is 1000 in every record (tests.test_leaderboard.add_run): n·ε = 1000 at ε = 1. Nothing learns at ε = 1.
+DEAD = {"dpsgd": {1: 0.60, 2: 0.82, 8: 0.84}, "dpgd": {1: 0.58, 2: 0.80, 8: 0.82}}
+DEAD_LINES = ["below-majority: digits (add-remove) · none · dpgd · ε = 1: mean 0.5800 below the majority-class rate "
+              "0.6000",
+              "collapsed: digits (add-remove) · none · dpsgd · ε = 1: mean 0.6000 not significantly above the "
+              "majority-class rate 0.6000 (one-sided t-test p = 0.5)"]
+
+
+def grid_file(tmp_path, declaration, name="grid.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps({"tasks": ["digits"], "methods": ["dpsgd", "dpgd"], "epsilons": [1, 2, 8],
+                                "seeds": 5, **({"infeasible": declaration} if declaration is not None else {})}))
+    return str(path)
+
+
+def check(capsys, *args):
+    code = main(["leaderboard", "--check", *args])
+    return code, capsys.readouterr().out.splitlines()
+
+
+def test_without_a_declaration_dead_cells_are_violations(capsys, tmp_path):
+    board(DEAD)
+    assert check(capsys) == (1, DEAD_LINES)
+    assert check(capsys, "--grid", grid_file(tmp_path, None)) == (1, DEAD_LINES)
+
+
+@pytest.mark.parametrize("declaration", [{"n_epsilon_below": 1001}, {"cells": {"digits": [1]}}])
+def test_declared_cells_are_neither_collapsed_nor_below_majority(capsys, tmp_path, declaration):
+    board(DEAD)
+    assert check(capsys, "--grid", grid_file(tmp_path, declaration)) == (0, [])
+
+
+def test_the_rule_is_strict_at_its_threshold(capsys, tmp_path):
+    board(DEAD)  # n·ε = 1000 is not below 1000
+    assert check(capsys, "--grid", grid_file(tmp_path, {"n_epsilon_below": 1000})) == (1, DEAD_LINES)
+
+
+def test_a_declared_cell_that_learns_is_reported_until_explained(capsys, tmp_path):
+    board({**DEAD, "dpsgd": {1: 0.65, 2: 0.82, 8: 0.84}})  # 0.65 ± 0.003: significantly above 0.6
+    grid = grid_file(tmp_path, {"n_epsilon_below": 1001})
+    code, lines = check(capsys, "--grid", grid)
+    assert code == 1 and len(lines) == 1, lines
+    assert lines[0].startswith("infeasible-above-trivial: digits (add-remove) · none · dpsgd · ε = 1: declared "
+                               "infeasible, but its mean 0.6500 is significantly above the majority-class rate 0.6000")
+    exceptions = tmp_path / "exceptions.json"
+    exceptions.write_text(json.dumps([{"kind": "infeasible-above-trivial", "task": "digits", "method": "dpsgd",
+                                       "track": "none", "epsilons": [1], "reason": "a test of the check"}]))
+    assert check(capsys, "--grid", grid, "--exceptions", str(exceptions)) == (0, [])
+
+
+def test_the_grid_beside_the_records_file_applies(capsys, tmp_path):
+    board(DEAD)
+    records = tmp_path / "results.jsonl"
+    assert main(["leaderboard", "--format", "jsonl", "--out", str(records)]) == 0
+    assert check(capsys, "--records", str(records)) == (1, DEAD_LINES)
+    grid_file(tmp_path, {"n_epsilon_below": 1001})
+    assert check(capsys, "--records", str(records)) == (0, [])
+
+
+def test_declare_marks_the_tables_for_the_renderers():
+    board(CLEAN)
+    tables = infeasible.declare(build_tables(store.load()), infeasible.Declaration(n_epsilon_below=2001))
+    private = [table for table in tables if table.delta is not None]
+    assert [table.infeasible for table in private] == [frozenset({1.0, 2.0})]  # n·ε = 1000, 2000 < 2001; 8000 not
+    assert private[0].declared_infeasible(Column(2.0, "target"))
+    assert not private[0].declared_infeasible(Column(8.0, "target"))
+
+
+@pytest.mark.parametrize("declaration, message", [
+    ({"n_epsilon": 50}, "infeasible must be an object"),
+    ({}, "infeasible must be an object"),
+    ({"n_epsilon_below": 0}, "infeasible.n_epsilon_below must be a positive number, got 0"),
+    ({"n_epsilon_below": True}, "infeasible.n_epsilon_below must be a positive number, got true"),
+    ({"cells": {"digits": []}}, "infeasible.cells must map task names to non-empty lists of positive ε"),
+    ({"cells": {"adult": [1]}}, "infeasible.cells names cells not in the grid: adult"),
+    ({"cells": {"digits": [0.5]}}, "infeasible.cells names cells not in the grid: digits at ε = 0.5"),
+])
+def test_bad_declarations_are_refused(refused, tmp_path, declaration, message):
+    assert message in refused("sweep", grid_file(tmp_path, declaration))
