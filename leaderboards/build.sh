@@ -8,9 +8,12 @@ start=$(date +%s)
 dpbench sweep grid.json --workers 2  # two cells at a time, one torch thread each on a 2-core machine
 echo "sweep: $(( $(date +%s) - start )) s of wall time" >&2
 for task in $(python3 -c "import json; print(' '.join(json.load(open('grid.json'))['tasks']))"); do
-    dpbench leaderboard --task "$task" --format md --out "$task.md"
+    dpbench leaderboard --task "$task" --format md --out "$task.md" --grid grid.json
 done
 dpbench leaderboard --format jsonl --out results.jsonl
 dpbench leaderboard --records results.jsonl --format html --out index.html
 dpbench leaderboard --records results.jsonl --format csv --out leaderboard.csv
+dpbench fidelity --records results.jsonl --records deep/results.jsonl --records federated/records.jsonl \
+    --out FIDELITY.md
+dpbench leaderboard --records results.jsonl --boundary-hits > boundary-hits.md
 dpbench leaderboard --check --records results.jsonl

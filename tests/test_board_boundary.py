@@ -27,7 +27,8 @@ def log_point(share: float) -> float:
     (EPOCHS, 10, "high"),
     (EPOCHS, 5, None),  # one list step inside the top
     (EPOCHS, 3, "low"),
-    ({"type": "categorical", "choices": [256, 1024]}, 256, "low"),  # two choices: always an end
+    ({"type": "categorical", "choices": [0.0, 0.9]}, 0.9, None),  # two numbers: a switch, no inside
+    ({"type": "categorical", "choices": [64, 256, 1024]}, 64, "low"),
     ({"type": "categorical", "choices": ["convex", "strongly_convex"]}, "convex", None),  # names are not ordered
     ({"type": "categorical", "choices": [None, 1.0, 2.0]}, 2.0, None),  # not every choice a number
     ({"type": "categorical", "choices": [True, False]}, True, None),  # booleans are not numbers here

@@ -5,9 +5,10 @@ at the top of its range might have gone higher, epochs (or a full-batch method's
 the compute budget may bind. What counts as a boundary, per entry of the space (``tuning.config.search_space``,
 else ``tuning.search_space``: the space the trials drew from):
 
-* an ordered numeric categorical list (every choice a number, at least two distinct ones: epochs, steps, batch
-  sizes, AMP's constants): the selected value equals its smallest choice ("low") or its largest ("high"). A list of
-  two choices is therefore always hit: widen it to three or more;
+* an ordered numeric categorical list of three or more distinct numbers (epochs, steps, batch sizes, AMP's
+  constants): the selected value equals its smallest choice ("low") or its largest ("high"). A list of two numbers
+  is a switch (momentum on or off), not a range with an inside: it has no boundary (a budget list of two would be
+  hit by every selection, so the budgets' lists have four or more);
 * a float or int range ``{low, high[, log]}``: the selected value lies in the outer 5% of the range (:data:`EDGE`),
   measured in log space where the range is log-scaled ("low" or "high");
 * a categorical list of anything else (variant names, booleans, None among the choices): not ordered, no boundary.
@@ -58,7 +59,7 @@ def boundary(entry: dict[str, Any], value: Any) -> str | None:
         return None
     if entry.get("type") == "categorical":
         choices = entry.get("choices")
-        if not isinstance(choices, list) or not all(_number(choice) for choice in choices) or len(set(choices)) < 2:
+        if not isinstance(choices, list) or not all(_number(choice) for choice in choices) or len(set(choices)) < 3:
             return None  # not an ordered numeric list: names, booleans, None, or nothing to choose
         return "low" if value <= min(choices) else "high" if value >= max(choices) else None
     if entry.get("type") in ("float", "int") and _number(entry.get("low")) and _number(entry.get("high")):

@@ -201,15 +201,10 @@ def run(task: str | None = None, wandb_path: str | None = None, records_path: st
     """``dpbench leaderboard --check``: the unexplained violations (empty if the board passes). The exceptions file
     and the grid (whose ``infeasible`` declarations apply) default to ``exceptions.json`` and ``grid.json`` beside the
     records file, if there are."""
-    from dpbench.board import infeasible
-    from dpbench.board.leaderboard import _tables, load
+    from dpbench.board.leaderboard import _tables, grid_beside, load
 
     if exceptions_path is None and records_path:
         beside = Path(records_path).with_name("exceptions.json")
         exceptions_path = str(beside) if beside.exists() else None
-    if grid_path is None and records_path:
-        beside = Path(records_path).with_name("grid.json")
-        grid_path = str(beside) if beside.exists() else None
     exceptions = load_exceptions(Path(exceptions_path)) if exceptions_path else []
-    declaration = infeasible.from_grid_file(Path(grid_path)) if grid_path else infeasible.Declaration()
-    return check(infeasible.declare(_tables(load(task, wandb_path, records_path)), declaration), exceptions)
+    return check(_tables(load(task, wandb_path, records_path), grid_beside(records_path, grid_path)), exceptions)

@@ -78,7 +78,7 @@ def _track_table(table: Table, track: str, comparisons: Comparisons, labels: dic
     columns = reference.columns(table)
     marks = {column: comparisons.get((track, column), ({}, {}))[0] for column in columns}
     head = "".join(f"<th>{html.escape(text)}</th>" for text in
-                   ["method", "sampler", "accountant", *(c.label for c in columns)])
+                   ["method", "sampler", "accountant", *(table.column_label(c) for c in columns)])
     body = []
     for row in table.rows(track):
         label = html.escape(reference.row_label(table, row, labels[row]))
@@ -115,7 +115,7 @@ def _published_table(table: Table) -> str:
         body.append(f'<tr class="published"><td>{html.escape(label)}<br>'
                     f'<span class="detail">{html.escape(detail)}</span></td>{cells}</tr>')
     head = "".join(f"<th>{html.escape(text)}</th>" for text in ["published (not measured here)",
-                                                                 *(c.label for c in columns)])
+                                                                 *(table.column_label(c) for c in columns)])
     return (f'<div class="scroll"><table class="published"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></div>')
 

@@ -22,14 +22,16 @@ from dpbench.results.records import LEDGER_VERSION, check_stored
 FORMATS = BOARD_FORMATS
 
 
-def render(records: list[dict[str, Any]], fmt: str, task: str | None = None, runs_file: str | None = None) -> str:
+def render(records: list[dict[str, Any]], fmt: str, task: str | None = None, runs_file: str | None = None,
+           grid_path: str | None = None) -> str:
     """The board of ``records`` (training runs, and audit records, which mark external plugins) in ``fmt``; a page
-    (html) links to ``runs_file``, the file of its run ids (:func:`render_page` writes both)."""
+    (html) links to ``runs_file``, the file of its run ids (:func:`render_page` writes both); the cells ``grid_path``
+    declares infeasible are drawn so."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "jsonl":  # the records the tables are built from, one per line
         return "".join(json.dumps(record, sort_keys=True) + "\n" for record in records)
-    tables = _tables(records)
+    tables = _tables(records, grid_path)
     if fmt == "csv":
         return to_csv(tables)
     unmatched = unmatched_published(tables, task)
@@ -41,21 +43,33 @@ def render(records: list[dict[str, Any]], fmt: str, task: str | None = None, run
     return to_html(tables, unmatched, registry.methods(), runs_file)
 
 
-def render_page(records: list[dict[str, Any]], task: str | None, page_name: str) -> tuple[str, str, str]:
+def render_page(records: list[dict[str, Any]], task: str | None, page_name: str,
+                grid_path: str | None = None) -> tuple[str, str, str]:
     """The page, the name of its runs file beside it (``index.html`` → ``index.runs.json``) and that file's text."""
     from dpbench import registry
     from dpbench.board.html import runs_file_name, runs_json, to_html
 
-    tables, runs_file = _tables(records), runs_file_name(page_name)
+    tables, runs_file = _tables(records, grid_path), runs_file_name(page_name)
     return (to_html(tables, unmatched_published(tables, task), registry.methods(), runs_file), runs_file,
             runs_json(tables))
 
 
-def _tables(records: list[dict[str, Any]]):
+def _tables(records: list[dict[str, Any]], grid_path: str | None = None):
+    """The tables of ``records``, with the infeasible cells the grid at ``grid_path`` declares (if given)."""
+    from dpbench.board import infeasible
     from dpbench.trust.audit import audit_status
 
     runs = [record for record in records if record.get("kind", "run") == "run"]
-    return build_tables(runs, audits=audit_status(records))
+    tables = build_tables(runs, audits=audit_status(records))
+    return infeasible.declare(tables, infeasible.from_grid_file(Path(grid_path))) if grid_path else tables
+
+
+def grid_beside(records_path: str | None, grid_path: str | None = None) -> str | None:
+    """The grid whose declarations apply: ``grid_path``, else ``grid.json`` beside the records file if there is one."""
+    if grid_path is None and records_path:
+        beside = Path(records_path).with_name("grid.json")
+        grid_path = str(beside) if beside.exists() else None
+    return grid_path
 
 
 def read_records(path: str) -> list[dict[str, Any]]:
@@ -122,16 +136,17 @@ def load(task: str | None, wandb_path: str | None, records_path: str | None) -> 
 
 
 def write(fmt: str, task: str | None = None, out: str | None = None, wandb_path: str | None = None,
-          records_path: str | None = None) -> None:
+          records_path: str | None = None, grid_path: str | None = None) -> None:
     """``dpbench leaderboard``: write the board in ``fmt`` to ``out`` or stdout."""
     records, note = _load(task, wandb_path, records_path)
+    grid_path = grid_beside(records_path, grid_path)
     if out is None:
-        sys.stdout.write(render(records, fmt, task))
+        sys.stdout.write(render(records, fmt, task, grid_path=grid_path))
     else:
         path = Path(out)
-        files = [(path, render(records, fmt, task))] if fmt != "html" else []
+        files = [(path, render(records, fmt, task, grid_path=grid_path))] if fmt != "html" else []
         if fmt == "html":  # the page, and its run ids in a file beside it
-            page, runs_file, runs_text = render_page(records, task, path.name)
+            page, runs_file, runs_text = render_page(records, task, path.name, grid_path)
             files = [(path.with_name(runs_file), runs_text), (path, page)]
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -142,13 +157,3 @@ def write(fmt: str, task: str | None = None, out: str | None = None, wandb_path:
     if note:
         print(note, file=sys.stderr)
 
-
-def run_check(task: str | None = None, wandb_path: str | None = None, records_path: str | None = None,
-              exceptions_path: str | None = None) -> list[str]:
-    """``dpbench leaderboard --check``: the unexplained violations (empty if the board passes). The exceptions file
-    defaults to ``exceptions.json`` beside the records file, if there is one."""
-    if exceptions_path is None and records_path:
-        beside = Path(records_path).with_name("exceptions.json")
-        exceptions_path = str(beside) if beside.exists() else None
-    exceptions = load_exceptions(Path(exceptions_path)) if exceptions_path else []
-    return check(_tables(load(task, wandb_path, records_path)), exceptions)

@@ -249,6 +249,10 @@ class Table:
         """The grid declares this private column infeasible ("infeasible (declared)"; never ``collapsed``)."""
         return column.kind != "non-private" and column.epsilon in self.infeasible
 
+    def column_label(self, column: Column) -> str:
+        """The column's heading: its ε, and "infeasible (declared)" where the grid declares it so."""
+        return f"{column.label} · infeasible (declared)" if self.declared_infeasible(column) else column.label
+
     @property
     def sign(self) -> int:
         return -1 if self.direction == "lower" else 1

@@ -116,7 +116,7 @@ def summary_html(tables: list[Table], comparisons: list[Comparisons] | None = No
             head = (f'<th rowspan="{spans[id(table)]}" class="task"><a class="to-table" href="#{anchor(table)}">'
                     f"{html.escape(names[id(table)])}</a></th>")
             previous = table
-        body.append(f'<tr>{head}<td class="eps">{html.escape(column.label)}</td>'
+        body.append(f'<tr>{head}<td class="eps">{html.escape(table.column_label(column))}</td>'
                     + "".join(_entry_html(table, column, track, by_track.get(track)) for track in shown) + "</tr>")
     cost = (" After each name, its privacy cost: the converged reference's mean − the cell's mean, higher is more lost "
             "to privacy (hover for its 95% interval)." if has_reference

@@ -141,7 +141,7 @@ def to_markdown(tables: list[Table], unmatched: list[PublishedResult]) -> str:
         lines += [f"Data: {note}" for note in table.data_notes] + ([""] if table.data_notes else [])
         for track in reference.tracks(table):
             lines += [f"### {tuning_label(track)}", "", TRACK_NOTES.get(track, ""), ""]
-            lines.append("| method | sampler | accountant | " + " | ".join(c.label for c in columns) + " |")
+            lines.append("| method | sampler | accountant | " + " | ".join(table.column_label(c) for c in columns) + " |")
             lines.append("| --- " * (3 + len(columns)) + "|")
             marks = {column: comparisons.get((track, column), ({}, {}))[0] for column in columns}
             for row in table.rows(track):
@@ -159,7 +159,7 @@ def to_markdown(tables: list[Table], unmatched: list[PublishedResult]) -> str:
                                                [reference.LABEL, found[0].sampler, "—", *cells]) + " |")
             lines.append("")
         if table.published:
-            lines.append("| published | | | " + " | ".join(c.label for c in columns) + " |")
+            lines.append("| published | | | " + " | ".join(table.column_label(c) for c in columns) + " |")
             lines.append("| --- " * (3 + len(columns)) + "|")
             for (label, detail), by_column in published_rows(table):
                 cells = [f"*{published_text(by_column[c])}*" if c in by_column else "" for c in columns]

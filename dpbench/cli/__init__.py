@@ -65,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "leaderboard" and args.boundary_hits:
             from dpbench.board import boundary, leaderboard
 
-            print(boundary.rates_markdown(leaderboard._tables(leaderboard.load(args.task, args.from_wandb,
-                                                                               args.records))), end="")
+            print(boundary.rates_markdown(leaderboard._tables(leaderboard.load(args.task, args.from_wandb, args.records),
+                                                              leaderboard.grid_beside(args.records, args.grid))), end="")
         elif args.command == "leaderboard" and args.check:
             from dpbench.board import check
 
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "leaderboard":
             from dpbench.board import leaderboard
 
-            leaderboard.write(args.format, args.task, args.out, args.from_wandb, args.records)
+            leaderboard.write(args.format, args.task, args.out, args.from_wandb, args.records, args.grid)
         elif args.command == "fidelity":
             from dpbench.board import fidelity
 
