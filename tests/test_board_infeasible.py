@@ -79,6 +79,25 @@ def test_declare_marks_the_tables_for_the_renderers():
     assert not private[0].declared_infeasible(Column(8.0, "target"))
 
 
+def test_the_renderers_head_a_declared_column_as_infeasible(capsys, tmp_path):
+    board(DEAD)
+    records = tmp_path / "results.jsonl"
+    assert main(["leaderboard", "--format", "jsonl", "--out", str(records)]) == 0
+    capsys.readouterr()
+    grid = grid_file(tmp_path, {"n_epsilon_below": 1001})
+    for fmt in ("md", "html"):
+        assert main(["leaderboard", "--records", str(records), "--format", fmt, "--out", str(tmp_path / fmt)]) == 0
+        page = (tmp_path / fmt).read_text()
+        assert "ε = 1 · infeasible (declared)" in page and "ε = 2 · infeasible" not in page, fmt
+    (tmp_path / "grid.json").unlink()  # no grid beside the records, none given: nothing declared
+    assert main(["leaderboard", "--records", str(records), "--format", "md", "--out", str(tmp_path / "md")]) == 0
+    assert "infeasible (declared)" not in (tmp_path / "md").read_text()
+    elsewhere = grid_file(tmp_path, {"n_epsilon_below": 1001}, "other.json")
+    capsys.readouterr()
+    assert main(["leaderboard", "--records", str(records), "--format", "md", "--grid", elsewhere]) == 0
+    assert "ε = 1 · infeasible (declared)" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("declaration, message", [
     ({"n_epsilon": 50}, "infeasible must be an object"),
     ({}, "infeasible must be an object"),
