@@ -9,19 +9,22 @@ from pathlib import Path
 import pytest
 
 from dpbench import registry
+from dpbench.board.sweep import seeds_for
 from dpbench.cli import main
 
 BOARD = Path(__file__).resolve().parents[1] / "leaderboards"
 
 
+@pytest.mark.xfail(strict=True, reason="the committed board predates the grid's four new methods (quantile_clip, "
+                   "autoclip, bandmf, dpftrl: issue 34) and its seeds per task; rebuilt under issue 33 item 8")
 def test_the_csv_holds_every_track_task_method_and_epsilon():
     grid = json.loads((BOARD / "grid.json").read_text())
     with open(BOARD / "leaderboard.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     cells = {(row["tuning"], row["task"], row["method"], row["epsilon"]): row for row in rows}
     methods = registry.methods([])
-    not_tunable_privately = {name for name in grid["methods"]
-                             if not methods[name].private or name in ("amp", "amp_nt")}
+    not_tunable_privately = {name for name in grid["methods"]  # the private tuning refuses correlated noise
+                             if not methods[name].private or name in ("amp", "amp_nt", "bandmf", "dpftrl")}
     for track in grid["tracks"]:
         for task in grid["tasks"]:
             for method in grid["methods"]:
@@ -31,7 +34,7 @@ def test_the_csv_holds_every_track_task_method_and_epsilon():
                 for epsilon in budgets:
                     row = cells.get((track, task, method, epsilon))
                     assert row is not None, (track, task, method, epsilon)
-                    assert int(row["n_seeds"]) == grid["seeds"], (track, task, method, epsilon, row["n_seeds"])
+                    assert int(row["n_seeds"]) == seeds_for(grid, task), (track, task, method, epsilon, row["n_seeds"])
                     if methods[method].private:
                         assert row["neighbouring"] == grid["neighbouring"]
 

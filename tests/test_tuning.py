@@ -82,8 +82,8 @@ def test_random_stopping_releases_one_trial_with_a_reproducible_total(capsys):
     best = max(trials, key=lambda t: (t.value, -t.number))
     assert tuned["selected_params"] == best.params and tuned["selected_score"] == best.value
     assert record["metrics"] == best.user_attrs["record"]["metrics"]
-    assert set(tuned["selected_params"]) == {"lr", "clip"}
-    assert {record["hyperparameters"][k] for k in ("lr", "clip")} == set(best.params.values())
+    assert set(tuned["selected_params"]) == {"lr", "clip", "momentum"}
+    assert {k: record["hyperparameters"][k] for k in ("lr", "clip", "momentum")} == best.params
     # Only the released record is stored; running the command again returns it and adds nothing.
     assert [r["run_id"] for r in store.load()] == [record["run_id"]]
     assert tune_json(capsys, "--method", "dpsgd", "--task", "digits", "--epsilon", "1", *FAST) == record
