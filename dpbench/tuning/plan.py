@@ -145,8 +145,9 @@ def plan(spec: TuneSpec, calibrate: bool = True) -> Plan:
                    resolve_hyperparameters(method, task_class, spec.overrides))
     if (not output_trials and method.private and spec.mode != "oracle"
             and getattr(method, "correlation", lambda hp: None)(hp) is not None):
-        raise UsageError(f"{method.name} adds banded (correlated) noise, which private tuning does not charge (its "
-                         f"trial mechanism is Poisson-subsampled independent noise): only --mode oracle can tune it")
+        raise UsageError(f"{method.name} adds correlated noise (banded or tree), which private tuning does not "
+                         f"charge (its trial mechanism is Poisson-subsampled independent noise): only --mode oracle "
+                         f"can tune it")
     fixed = set(MECHANISM_KEYS) if spec.mode != "oracle" and not output_trials else set()
     if method.clip_to_task_bound:
         fixed.add("clip")
