@@ -96,6 +96,21 @@ def test_convex_sensitivity_holds_on_neighbouring_datasets(hp, replaced):
     assert 0.1 * bound < distance <= bound  # holds, and is not vacuous
 
 
+def test_default_step_is_r_over_l_root_t_and_its_sensitivity_holds():
+    # lr None: η = R/(L√T), T = k·⌈n/b⌉ = 3·⌈40/7⌉ = 18 updates; R = 2, L = 1: η = 2/√18
+    trained = method(epochs=3, batch_size=7, radius=2.0)
+    assert trained.step_size(40) == pytest.approx(2 / math.sqrt(18))
+    (x, y), (x2, y2) = neighbours(40, 5, 3, seed=7)
+    theta, steps = trained.fit(x, y, torch.Generator().manual_seed(8))
+    theta2, _ = trained.fit(x2, y2, torch.Generator().manual_seed(8))
+    assert steps == 18
+    bound = trained.sensitivity(40)
+    assert bound == pytest.approx(2 * 3 * (2 / math.sqrt(18)) / 7)
+    assert 0.1 * bound < (theta - theta2).norm().item() <= bound
+    explicit, _ = method(epochs=3, batch_size=7, lr=2 / math.sqrt(18)).fit(x, y, torch.Generator().manual_seed(8))
+    torch.testing.assert_close(theta, explicit)
+
+
 @pytest.mark.parametrize("replaced", [0, 25])
 @pytest.mark.parametrize("hp", [dict(regularization=0.5, radius=1.0, epochs=20, batch_size=4),
                                 dict(regularization=0.2, radius=5.0, epochs=10, batch_size=1)])
@@ -160,7 +175,8 @@ def test_breast_cancer_run_records_the_release(capsys):
     assert record["steps"] == 10 * math.ceil(n / 50)  # epochs · batches per pass
     assert record["train_seconds"] is None  # the wall time depends on the data, outside the analysis: not released
     [entry] = record["privacy_ledger"]
-    assert entry["sensitivity"] == pytest.approx(2 * 10 * 1.0 * 0.01 / 50)
+    assert record["hyperparameters"]["lr"] is None  # the default step R/(L√T) = 10/√100 = 1
+    assert entry["sensitivity"] == pytest.approx(2 * 10 * 1.0 * (10 / math.sqrt(record["steps"])) / 50)
     assert record["noise_multiplier"] == pytest.approx(exact_gaussian_std(2.0, 1 / n**2), rel=1e-4)
     assert entry["noise_std"] == pytest.approx(record["noise_multiplier"] * entry["sensitivity"])
     assert record["epsilon"] == entry["epsilon"] and record["metrics"]["test_accuracy"] > 0.5

@@ -136,7 +136,10 @@ def _check_output_sensitivities(record: dict[str, Any]) -> None:
         return
     hp, n = record["hyperparameters"], record["n_train"]
     lipschitz = hp["input_norm"]
-    expected = (2 * hp["epochs"] * lipschitz * hp["lr"] / hp["batch_size"] if hp["variant"] == "convex"
+    lr = hp["lr"]
+    if lr is None and hp["variant"] == "convex":  # the default step R/(L·√T), T = k·⌈n/b⌉ updates
+        lr = hp["radius"] / (lipschitz * math.sqrt(hp["epochs"] * math.ceil(n / hp["batch_size"])))
+    expected = (2 * hp["epochs"] * lipschitz * lr / hp["batch_size"] if hp["variant"] == "convex"
                 else 2 * (lipschitz + hp["regularization"] * hp["radius"]) / (hp["regularization"] * n))
     for index, entry in enumerate(record["privacy_ledger"]):
         if entry["what"].startswith("output noise"):
