@@ -168,9 +168,11 @@ class Method:
         return gradients
 
     @classmethod
-    def count_noise_std(cls, hp: dict[str, Any], expected_batch_size: float) -> float:
-        """σ_b of the count release (:attr:`count_release`), from the hyperparameters and the expected batch size B
-        only: the engine calibrates the gradient's σ with it before the method exists."""
+    def count_noise_std(cls, hp: dict[str, Any], expected_batch_size: float,
+                        noise_multiplier: float | None = None) -> float:
+        """σ_b of the count release (:attr:`count_release`), from the hyperparameters, the expected batch size B and
+        the gradient's noise multiplier σ (None where it is not known yet) only: the engine calibrates σ with it
+        before the method exists (a fixed point where σ_b depends on σ)."""
         raise NotImplementedError(f"{cls.name} declares a count release but no count_noise_std")
 
     @classmethod

@@ -37,7 +37,12 @@ class QuantileClip(DPSGD):
     * b_i = 1 when ‖g_i‖ ≤ C_t, ties unclipped, as the indicator is written; an example whose gradient is not finite
       (dropped by the engine, ``dpbench.privacy.clipping.keep_finite``) counts as b_i = 0.
     * Defaults as the paper recommends: γ = 0.5 (the median, ``target_quantile``), η_C = 0.2 (``clip_lr``),
-      σ_b = B/20 (``count_noise``; None means B/20, the paper's m/20). The initial C_0 is the task's clip norm
+      σ_b = B/20 (``count_noise``; None means the paper's m/20), raised to 5σ where B/20 is smaller: σ_b = max(B/20,
+      5σ), σ the gradient's noise multiplier. The paper's m/20 comes with its example m = 100, z ≈ 1, where the
+      count costs 1% of the pair's z⁻² ((2σ_b)⁻² = σ⁻²/100, the update's noise multiplier up by 0.5%); 5σ keeps
+      that share wherever B/20 would take more. With B/20 alone the count took the whole budget on digits at ε = 1
+      (B = 64: 2σ_b = 6.4 below the calibrated z) and the run was refused. The engine finds σ as the fixed point
+      (``dpbench.run.engine._count_calibrated``); ``dpbench verify`` recomputes σ_b from the record's σ. The initial C_0 is the task's clip norm
       (``clip``; the paper's federated experiments start from 0.1 for model updates, a scale that does not carry
       over to per-example gradients). The server learning rate of the paper's FedAvg becomes DP-SGD's η, with the
       task's DP-SGD default (the paper tunes it; nothing here is tuned).
@@ -61,11 +66,11 @@ class QuantileClip(DPSGD):
     count_release = True
 
     @classmethod
-    def count_noise_std(cls, hp, expected_batch_size):
-        """σ_b: ``count_noise`` if set, else B/20 (the paper's recommendation, m/20)."""
+    def count_noise_std(cls, hp, expected_batch_size, noise_multiplier=None):
+        """σ_b: ``count_noise`` if set, else max(B/20, 5σ), σ the gradient's noise multiplier (class docstring)."""
         value = hp.get("count_noise")
         if value is None:
-            return expected_batch_size / 20
+            return max(expected_batch_size / 20, 5 * noise_multiplier if noise_multiplier is not None else 0.0)
         try:
             return float(value)  # from ``--set`` a None default arrives as a string
         except ValueError:

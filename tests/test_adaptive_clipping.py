@@ -390,15 +390,27 @@ def _run(capsys, *args):
     return json.loads(capsys.readouterr().out)
 
 
+def test_quantile_clip_defaults_run_where_b_over_20_would_spend_the_whole_budget(capsys, one_thread):
+    # B = 32: the paper's σ_b = B/20 = 1.6 alone costs (2σ_b)⁻² = 0.098 ≥ z⁻² for the z of ε = 0.1 here, so the count
+    # took the whole budget and the run was refused; σ_b = max(B/20, 5σ) keeps the count at 1% of z⁻².
+    record = _run(capsys, "--method", "quantile_clip", "--task", "breast_cancer", "--epsilon", "0.1", "--set",
+                  "epochs=3", "--set", "batch_size=32")
+    sigma, z = record["noise_multiplier"], record["combined_noise_multiplier"]
+    assert 2 * 32 / 20 < z  # B/20 alone could not have run
+    assert record["extra_releases"][0]["noise_std"] == pytest.approx(5 * sigma, rel=1e-12)
+    assert z == pytest.approx(sigma / math.sqrt(1.01), rel=1e-9) and z <= sigma / math.sqrt(1.01) * (1 + 1e-12)
+    assert verify.check(record) == []
+
+
 @pytest.mark.parametrize("relation", ["add-remove", "replace-one"])
 def test_a_quantile_clip_record_charges_the_count_and_verify_recomputes_it(capsys, relation, one_thread):
     record = _run(capsys, "--method", "quantile_clip", "--task", "breast_cancer", "--epsilon", "1", "--set",
                   "epochs=3", "--set", "batch_size=128", "--neighbouring", relation)
     n, q = record["n_train"], record["sample_rate"]
-    sigma_b = q * n / 20
+    sigma = record["noise_multiplier"]
+    sigma_b = max(q * n / 20, 5 * sigma)  # the paper's m/20, raised to 5σ (a 1% share of z⁻²)
     assert record["extra_releases"] == [{"what": record["extra_releases"][0]["what"], "sensitivity": 0.5,
                                          "noise_std": pytest.approx(sigma_b, rel=1e-12)}]
-    sigma = record["noise_multiplier"]
     z = (sigma**-2 + (2 * sigma_b) ** -2) ** -0.5  # independent of dpbench.privacy.accounting
     assert record["combined_noise_multiplier"] == pytest.approx(z, rel=1e-12)
     relation_ = accounting.RELATIONS[relation]
@@ -410,7 +422,7 @@ def test_a_quantile_clip_record_charges_the_count_and_verify_recomputes_it(capsy
 
     assert record["epsilon"] == pytest.approx(spent(z), rel=1e-6)
     assert record["epsilon"] <= 1.0 * (1 + 1e-9)
-    assert spent(sigma) < 0.97 * record["epsilon"]  # the gradient alone would report less: the count is charged
+    assert spent(sigma) < record["epsilon"]  # the gradient alone would report less: the count is charged
     assert verify.check(record) == []
     lie = dict(record, extra_releases=[], combined_noise_multiplier=sigma)
     lie["run_id"] = record_checks.content_id(lie)

@@ -45,6 +45,21 @@ from dpbench.task import Task, TaskData
 logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
 
 
+def _count_calibrated(combined: float, count_extra) -> tuple[float, tuple[tuple[float, float], ...]]:
+    """The gradient's σ and the count release that together make noise multiplier ``combined``, where the count's
+    noise may depend on σ (``count_extra(σ)``): the fixed point of σ ← gradient_noise_multiplier(z, count_extra(σ)),
+    from σ = z (one step where the count's noise is fixed), then raised by ulps until the pair is not below z."""
+    sigma = combined
+    for _ in range(200):
+        new = gradient_noise_multiplier(combined, count_extra(sigma))
+        if abs(new - sigma) <= 1e-15 * sigma:
+            sigma = max(new, sigma)
+            break
+        sigma = new
+    while combined_noise_multiplier(sigma, count_extra(sigma)) < combined:
+        sigma = math.nextafter(sigma, math.inf)
+    return sigma, count_extra(sigma)
+
 def charged_noise_multiplier(record: dict[str, Any]) -> float:
     """The noise multiplier a gradient record's releases are charged at: its gradient's σ, combined with the extra
     releases each step makes on the same batch (:func:`dpbench.privacy.accounting.combined_noise_multiplier`)."""
@@ -261,16 +276,21 @@ def plan(spec: RunSpec, calibrate: bool = True,
     sigma = 0.0
     # A count release on each gradient release's batch (Method.count_release): (sensitivity ½, noise std σ_b),
     # charged with the gradient as one Gaussian of noise multiplier combined_noise_multiplier(σ, extra).
+    # σ_b may depend on the gradient's σ (Method.count_noise_std): then σ is the fixed point below.
     extra: tuple[tuple[float, float], ...] = ()
-    if method.private and method.count_release:
+
+    def count_extra(gradient_sigma: float | None) -> tuple[tuple[float, float], ...]:
         try:
-            count_std = method.count_noise_std(hp, sample_rate * n)
+            count_std = method.count_noise_std(hp, sample_rate * n, gradient_sigma)
         except ValueError as error:  # a bad ``--set count_noise=...``: one line, not a traceback
             raise UsageError(f"{method.name}: {error}") from None
         if isinstance(count_std, bool) or not isinstance(count_std, (int, float)) or not 0 < count_std < math.inf:
             raise UsageError(f"{method.name}: the count release's noise std must be finite and positive, got "
                              f"{count_std!r}")
-        extra = ((COUNT_SENSITIVITY, float(count_std)),)
+        return ((COUNT_SENSITIVITY, float(count_std)),)
+
+    if method.private and method.count_release:
+        extra = count_extra(spec.noise_multiplier)
     combined = None
     if method.private:
         if spec.noise_multiplier is not None:
@@ -290,7 +310,10 @@ def plan(spec: RunSpec, calibrate: bool = True,
                 combined = calibrate_noise_multiplier(target_epsilon, delta, sample_rate, planned_releases,
                                                       spec.accountant, sampler_name, steps_per_epoch * per_step,
                                                       data_releases, neighbouring, bands, tree)
-                sigma = gradient_noise_multiplier(combined, extra) if extra else combined
+                if extra:
+                    sigma, extra = _count_calibrated(combined, count_extra)
+                else:
+                    sigma = combined
             except ValueError as error:
                 raise UsageError(f"task {task_class.name}: {error}") from None
 

@@ -186,7 +186,8 @@ def _charged_sigma(record: dict[str, Any]) -> float:
     sigma, extra = record["noise_multiplier"], record.get("extra_releases") or []
     method = _builtin(record)
     if method is not None and getattr(method, "count_release", False):
-        expected = method.count_noise_std(record["hyperparameters"], record["sample_rate"] * record["n_train"])
+        expected = method.count_noise_std(record["hyperparameters"], record["sample_rate"] * record["n_train"],
+                                          sigma)
         if len(extra) != 1 or extra[0].get("sensitivity") != 0.5:
             raise Mismatch(f"{record['method']} releases a count of sensitivity 1/2 with each gradient, but its "
                            f"extra_releases are {extra!r}")
