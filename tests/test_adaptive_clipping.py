@@ -464,7 +464,8 @@ def test_refusals(refused):
     assert "--isolate" in refused("run", "--method", "autoclip", "--task", "digits", "--isolate")
     assert "checkpoints" in refused("run", "--method", "quantile_clip", "--task", "digits", "--checkpoint-dir",
                                     "ck")
-    assert "whole budget" in refused("run", "--method", "quantile_clip", "--task", "digits", "--epsilon", "0.1")
+    assert "whole budget" in refused("run", "--method", "quantile_clip", "--task", "digits", "--epsilon", "0.1",
+                                     "--set", "count_noise=3.2")  # the old default B/20; the default now runs
     assert "only --mode oracle" in refused("tune", "--method", "quantile_clip", "--task", "digits", "--epsilon",
                                            "1")
 
