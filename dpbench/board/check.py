@@ -194,17 +194,3 @@ def check(tables: list[Table], exceptions: list[dict[str, Any]]) -> list[str]:
             problems.append(f"stale exception (ε = {', '.join(map(str, stale))} matches no violation): "
                             f"{json.dumps(entry, ensure_ascii=False)}")
     return problems
-
-
-def run(task: str | None = None, wandb_path: str | None = None, records_path: str | None = None,
-        exceptions_path: str | None = None, grid_path: str | None = None) -> list[str]:
-    """``dpbench leaderboard --check``: the unexplained violations (empty if the board passes). The exceptions file
-    and the grid (whose ``infeasible`` declarations apply) default to ``exceptions.json`` and ``grid.json`` beside the
-    records file, if there are."""
-    from dpbench.board.leaderboard import _tables, grid_beside, load
-
-    if exceptions_path is None and records_path:
-        beside = Path(records_path).with_name("exceptions.json")
-        exceptions_path = str(beside) if beside.exists() else None
-    exceptions = load_exceptions(Path(exceptions_path)) if exceptions_path else []
-    return check(_tables(load(task, wandb_path, records_path), grid_beside(records_path, grid_path)), exceptions)

@@ -90,11 +90,19 @@ def _short(value: Any) -> str:
 
 
 def from_grid_file(path: Path) -> Declaration:
-    """The declaration of the grid file at ``path`` (checked as the sweep checks it)."""
-    from dpbench.board.sweep import load_grid
+    """The declaration of the grid file at ``path`` (its ``infeasible`` value, checked against its tasks and ε; the
+    rest of the grid is the sweep's to check, :func:`dpbench.board.sweep.load_grid`)."""
+    import json
 
-    grid = load_grid(str(path))
-    return parse(grid.get("infeasible"), grid["tasks"], grid["epsilons"], f"grid {path}")
+    try:
+        grid = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise UsageError(f"cannot read grid {path}: {error}") from None
+    if not isinstance(grid, dict):
+        raise UsageError(f"grid {path}: not a JSON object")
+    tasks, epsilons = grid.get("tasks"), grid.get("epsilons")
+    return parse(grid.get("infeasible"), tasks if isinstance(tasks, list) else None,
+                 epsilons if isinstance(epsilons, list) else None, f"grid {path}")
 
 
 def training_size(table: Table) -> int | None:

@@ -157,3 +157,14 @@ def write(fmt: str, task: str | None = None, out: str | None = None, wandb_path:
     if note:
         print(note, file=sys.stderr)
 
+
+def run_check(task: str | None = None, wandb_path: str | None = None, records_path: str | None = None,
+              exceptions_path: str | None = None, grid_path: str | None = None) -> list[str]:
+    """``dpbench leaderboard --check``: the unexplained violations (empty if the board passes). The exceptions file
+    and the grid (whose ``infeasible`` declarations apply) default to ``exceptions.json`` and ``grid.json`` beside the
+    records file, if there are."""
+    if exceptions_path is None and records_path:
+        beside = Path(records_path).with_name("exceptions.json")
+        exceptions_path = str(beside) if beside.exists() else None
+    exceptions = load_exceptions(Path(exceptions_path)) if exceptions_path else []
+    return check(_tables(load(task, wandb_path, records_path), grid_beside(records_path, grid_path)), exceptions)

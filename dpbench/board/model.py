@@ -388,3 +388,12 @@ def unmatched_published(tables: list[Table], task: str | None,
     """Published figures that no table shows (no runs of their task here, or no dpbench task for them)."""
     shown = {id(entry) for table in tables for entry in table.published}
     return [entry for entry in published if id(entry) not in shown and (task is None or entry.task == task)]
+
+
+#: The marks of a column's winner and of the cells not significantly below the best.
+MARKS = {"winner": "▲", "tied": "≈"}
+
+
+def anchor(table: Table) -> str:
+    return "-".join(part for part in [table.task, table.data_id, table.neighbouring or "nonprivate",
+                                      f"{table.delta:.3g}" if table.delta else ""] if part).replace(".", "_")

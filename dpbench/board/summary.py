@@ -13,8 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from dpbench.board import reference
-from dpbench.board.model import TRACK_ORDER, Column, Row, Table, tuning_label
-from dpbench.board.text import MARKS, anchor
+from dpbench.board.model import MARKS, TRACK_ORDER, Column, Row, Table, anchor, tuning_label
 
 NONE_ABOVE_TRIVIAL = "no cell above trivial"
 NOT_COMPARED = "not compared"

@@ -8,8 +8,8 @@ import math
 from collections import defaultdict
 
 from dpbench.board import reference
-from dpbench.board.model import (NOT_PRIVATE_TUNING, TRACK_NOTES, Cell, Column, Row, Table, published_column,
-                                 tuning_label)
+from dpbench.board.model import (MARKS, NOT_PRIVATE_TUNING, TRACK_NOTES, Cell, Column, Row, Table, anchor,
+                                 published_column, tuning_label)
 from dpbench.board.published import PublishedResult
 from dpbench.choices import REFERENCE_MODE
 
@@ -19,7 +19,6 @@ CSV_COLUMNS = ["task", "data_id", "method", "epsilon", "epsilon_kind", "delta", 
                "mean", "std", "se", "ci95_low", "ci95_high", "n_seeds", "leader", "p_below_best_holm",
                "not_above_trivial", "p_above_trivial", "majority_rate", "privacy_cost", "privacy_cost_low",
                "privacy_cost_high", "run_ids"]
-MARKS = {"winner": "▲", "tied": "≈"}
 TRIVIAL = "not above trivial"
 LEGEND = ("Cells: mean over seeds [95% interval], n = number of seeds; accuracies' intervals are Student's t on the "
           "empirical-logit scale, mapped back (inside [0, 1]). Within each track and column, the best cell is "
@@ -107,11 +106,6 @@ def published_notes(entries: list[PublishedResult]) -> list[str]:
     return [f"{citation}. " + " ".join(f"{', '.join(names)}: {setting}." for setting, names in by_setting.items())
             + " Notes: " + "; ".join(notes[citation]) + "."
             for citation, by_setting in datasets.items()]
-
-
-def anchor(table: Table) -> str:
-    return "-".join(part for part in [table.task, table.data_id, table.neighbouring or "nonprivate",
-                                      f"{table.delta:.3g}" if table.delta else ""] if part).replace(".", "_")
 
 
 def _md_escape(text: str) -> str:

@@ -68,9 +68,9 @@ def main(argv: list[str] | None = None) -> int:
             print(boundary.rates_markdown(leaderboard._tables(leaderboard.load(args.task, args.from_wandb, args.records),
                                                               leaderboard.grid_beside(args.records, args.grid))), end="")
         elif args.command == "leaderboard" and args.check:
-            from dpbench.board import check
+            from dpbench.board import leaderboard
 
-            problems = check.run(args.task, args.from_wandb, args.records, args.exceptions, args.grid)
+            problems = leaderboard.run_check(args.task, args.from_wandb, args.records, args.exceptions, args.grid)
             for line in problems:
                 print(line)
             print(f"dpbench: {len(problems)} unexplained problem(s)" if problems else "dpbench: the board passes its "
