@@ -351,6 +351,9 @@ MUTANTS = [
     Mutant("resume-rewound-noise", "checkpoints", "a resumed run takes its checkpoint's noise counter unchecked (a "
            "rewound counter repeats earlier releases' noise)", "dpbench/run/checkpoint.py",
            'if noise_state["counter"] != drawn:', "if False:", first="tests/test_resume.py"),
+    Mutant("resume-edited-band", "checkpoints", "a resumed run takes its checkpoint's band (banded noise) or tree "
+           "node noises unchecked (an edited band changes every later release's noise)", "dpbench/run/checkpoint.py",
+           "        check_correlated_values(module)\n", "", first="tests/test_resume.py"),
     Mutant("isolation-trusts-module-name", "isolation", "an isolated plugin naming its module dpbench.methods.x is "
            "recorded as a built-in method", "dpbench/run/isolation.py", '"external": True,',
            '"external": not facts["file"].endswith("sneaky.py"),', first="tests/test_isolation.py"),
@@ -568,8 +571,15 @@ MUTANTS = [
            first="tests/test_adaptive_clipping.py::test_a_quantile_clip_record_charges_the_count_and_verify_recomputes_it"),
     Mutant("count-not-calibrated", "count release", "σ is calibrated as if the count were free (the gradient runs "
            "at the pair's combined z)", "dpbench/run/engine.py",
-           "sigma = gradient_noise_multiplier(combined, extra) if extra else combined", "sigma = combined",
+           "sigma, extra = _count_calibrated(combined, count_extra)",
+           "sigma, extra = combined, count_extra(combined)",
            first="tests/test_adaptive_clipping.py::test_a_quantile_clip_record_charges_the_count_and_verify_recomputes_it"),
+    Mutant("count-drawn-without-sigma", "count release", "the run draws the count's noise at B/20 (σ_b computed "
+           "without the gradient's σ) while its record and ε charge max(B/20, 5σ)", "dpbench/run/engine.py",
+           'count = (self.record.get("extra_releases") or [{}])[0].get("noise_std")',
+           'count = self.method.count_noise_std(self.hp, self.record["sample_rate"] * self.data.n_train) '
+           'if self.method.private and self.method.count_release else None',
+           first="tests/test_adaptive_clipping.py::test_the_count_noise_drawn_is_the_records"),
     Mutant("combined-drops-count", "count release", "the combined noise multiplier leaves the count out",
            "dpbench/privacy/accounting.py",
            "return (noise_multiplier**-2 + math.fsum((s / std) ** 2 for s, std in extra)) ** -0.5",

@@ -16,7 +16,7 @@ from dp_accounting import pld
 
 from dpbench import registry
 from dpbench.cli import main
-from dpbench.errors import PrivacyCheckFailed
+from dpbench.errors import PrivacyCheckFailed, UsageError
 from dpbench.method import CountRelease
 from dpbench.privacy import accounting
 from dpbench.privacy.clipping import MIN_GAMMA, VmapClipper, check_gamma, clip_factors
@@ -400,6 +400,35 @@ def test_quantile_clip_defaults_run_where_b_over_20_would_spend_the_whole_budget
     assert record["extra_releases"][0]["noise_std"] == pytest.approx(5 * sigma, rel=1e-12)
     assert z == pytest.approx(sigma / math.sqrt(1.01), rel=1e-9) and z <= sigma / math.sqrt(1.01) * (1 + 1e-12)
     assert verify.check(record) == []
+
+
+@pytest.mark.parametrize("epsilon, batch, branch", [(1, 32, "5σ"), (8, 300, "B/20")])
+def test_the_count_noise_drawn_is_the_records(capsys, monkeypatch, one_thread, epsilon, batch, branch):
+    """Review of the σ-dependent count noise: every release draws its count at the σ_b the record charges (and its
+    gradient at the record's σ), on both branches of max(B/20, 5σ); verify checks the record, not the draws."""
+    drawn = []
+    count = PrivateTraining.count
+
+    def spy(self, norms, clip):
+        drawn.append((self.mechanism.noise_multiplier, self.mechanism.count_noise_std))
+        return count(self, norms, clip)
+
+    monkeypatch.setattr(PrivateTraining, "count", spy)
+    record = _run(capsys, "--method", "quantile_clip", "--task", "breast_cancer", "--epsilon", str(epsilon), "--set",
+                  "epochs=2", "--set", f"batch_size={batch}")
+    sigma, sigma_b = record["noise_multiplier"], record["extra_releases"][0]["noise_std"]
+    expected_b = record["sample_rate"] * record["n_train"] / 20 if branch == "B/20" else 5 * sigma
+    assert sigma_b == pytest.approx(expected_b, rel=1e-12)
+    assert drawn and set(drawn) == {(sigma, sigma_b)}
+
+
+def test_a_count_noise_rule_without_a_fixed_point_is_refused_in_one_line(monkeypatch):
+    """A plugin's σ_b that jumps with σ can make the fixed-point iteration alternate: refused, not an endless loop."""
+    extra = lambda sigma: ((accounting.COUNT_SENSITIVITY, 0.6 if sigma is None or sigma < 1.1 else 100.0),)
+    with pytest.raises(UsageError, match="no fixed point near the noise multiplier 1"):
+        engine._count_calibrated(1.0, extra)
+    sigma, found = engine._count_calibrated(1.0, lambda sigma: ((0.5, 7.0),))  # a fixed σ_b: one step
+    assert found == ((0.5, 7.0),) and accounting.combined_noise_multiplier(sigma, found) >= 1.0
 
 
 @pytest.mark.parametrize("relation", ["add-remove", "replace-one"])

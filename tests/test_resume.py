@@ -317,6 +317,32 @@ def test_a_checkpoint_with_a_rewound_noise_counter_is_refused(finished_run, refu
     assert f"noise counter 0, not {counter}" in message
 
 
+@pytest.mark.parametrize("method, extra, part", [
+    ("bandmf", ["--set", "bands=4"], "history"),  # the band: the last b − 1 noise vectors w
+    ("dpftrl", ["--batch-size", "50"], "nodes"),  # the tree: the current prefix's node noises
+])
+def test_a_checkpoint_with_an_edited_correlated_noise_state_is_refused(tmp_path, capsys, refused, method, extra,
+                                                                         part):
+    """Issue 31's review: the counts of the band's vectors and of the tree's nodes were checked, not their values; a
+    band edited to cancel z_t would release later gradients with less noise than the record charges. The state is
+    replayed from the noise stream and compared; one number changed is refused, the unedited state resumes."""
+    args = ["--method", method, "--task", "breast_cancer", "--noise-multiplier", "1", "--epochs", "2", *extra]
+    folder = tmp_path / "checkpoints"
+    record = run_json(capsys, *args, "--checkpoint-dir", str(folder))
+    (folder / checkpoint.RECORD).unlink()
+    saved = checkpoint.load(folder / checkpoint.CHECKPOINT)
+    kept = saved["dpbench"]["correlated"][part]
+    assert kept, "the run ends with a non-empty band or tree"
+    torch.save(saved, folder / checkpoint.CHECKPOINT)  # unedited: resumes to the same record
+    assert comparable(run_json(capsys, *args, "--resume", str(folder))) == comparable(record)
+    (folder / checkpoint.RECORD).unlink()
+    kept[0][0].view(-1)[0] += 1e-3  # one coordinate of one vector
+    torch.save(saved, folder / checkpoint.CHECKPOINT)
+    store.default_path().unlink()  # `refused` checks that no store is written
+    message = refused("run", *args, "--resume", str(folder))
+    assert "correlated-noise state is not what the run's noise stream drew" in message
+
+
 def test_a_method_whose_state_cannot_be_captured_is_refused_before_training(tmp_path, refused):
     (tmp_path / "opaque.py").write_text(textwrap.dedent('''
         import collections

@@ -51,7 +51,7 @@ import torch
 from lightning_fabric.plugins import TorchCheckpointIO
 
 from dpbench.errors import UsageError
-from dpbench.privacy import noise
+from dpbench.privacy import correlated, noise
 from dpbench.results import records
 from dpbench.results.identity import identity
 
@@ -119,6 +119,43 @@ def capture(module) -> dict[str, Any]:
     }
 
 
+def check_correlated_values(module) -> None:
+    """Refuse a restored band (banded noise's last b − 1 vectors) or tree (its current nodes' noises) that is not what
+    the run's noise stream drew: both are replayed from the stream's start to its restored position (Philox, a pure
+    function of the run's key and counter) and compared bit for bit. An edited band would make every later release's
+    noise w_t = z_t − Σ_j c_j w_{t−j} other than the mechanism the record charges (a band that cancels z_t adds none);
+    :func:`check_ledger` has already checked how many vectors the state holds."""
+    stream, state = module.noise, module.correlated
+    params = module.params()
+    per_draw = sum(-(-p.numel() // 4) for p in params)
+    if not stream.philox or not per_draw or stream.counter % per_draw:
+        raise UsageError("the checkpoint's noise stream is not at a whole number of correlated draws: it cannot be "
+                         "resumed")
+    replay = copy.copy(stream)
+    replay.counter = 0
+    expected = (correlated.BandedNoise(state.bands) if isinstance(state, correlated.BandedNoise)
+                else correlated.TreeNoise(state.steps_per_tree))
+    std = module.mechanism.mean_noise_std
+    for draw in range(stream.counter // per_draw):
+        expected.apply_([replay.fill_(torch.empty_like(p), std) for p in params], draw % module.steps_per_epoch)
+
+    def equal(a: Any, b: Any) -> bool:
+        if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+            return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and bool(
+                torch.equal(a, b))
+        if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+            return isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b) and all(
+                equal(x, y) for x, y in zip(a, b))
+        if isinstance(a, dict) or isinstance(b, dict):
+            return isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys() and all(
+                equal(a[k], b[k]) for k in a)
+        return a == b
+
+    if not equal(expected.state_dict(), state.state_dict()):
+        raise UsageError("the checkpoint's correlated-noise state is not what the run's noise stream drew: it cannot "
+                         "be resumed")
+
+
 def restore(module, state: dict[str, Any]) -> None:
     """Put :func:`capture`'s ``state`` back into ``module`` (after its ``on_fit_start``)."""
     ledger = state["ledger"]
@@ -132,6 +169,7 @@ def restore(module, state: dict[str, Any]) -> None:
             module.correlated.load_state_dict(state["correlated"])
         except ValueError as error:
             raise UsageError(str(error)) from None
+        check_correlated_values(module)
     generators = state["generators"]
     torch.set_rng_state(generators["torch"])
     module.task.load_generator_states(generators["task"])

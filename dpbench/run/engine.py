@@ -8,6 +8,7 @@ number of batches actually drawn, with the same accountant the noise was calibra
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import math
 import sys
@@ -45,10 +46,17 @@ from dpbench.task import Task, TaskData
 logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
 
 
+def _takes_noise_multiplier(count_noise_std: Callable) -> bool:
+    """Whether a method's ``count_noise_std`` takes the gradient's σ as a third argument."""
+    parameters = list(inspect.signature(count_noise_std).parameters.values())
+    return len(parameters) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
+
+
 def _count_calibrated(combined: float, count_extra) -> tuple[float, tuple[tuple[float, float], ...]]:
     """The gradient's σ and the count release that together make noise multiplier ``combined``, where the count's
     noise may depend on σ (``count_extra(σ)``): the fixed point of σ ← gradient_noise_multiplier(z, count_extra(σ)),
-    from σ = z (one step where the count's noise is fixed), then raised by ulps until the pair is not below z."""
+    from σ = z (one step where the count's noise is fixed), then raised by ulps (at most 64) until the pair is not
+    below z; UsageError where that does not get there (a plugin's σ_b rule with no fixed point near z)."""
     sigma = combined
     for _ in range(200):
         new = gradient_noise_multiplier(combined, count_extra(sigma))
@@ -56,9 +64,12 @@ def _count_calibrated(combined: float, count_extra) -> tuple[float, tuple[tuple[
             sigma = max(new, sigma)
             break
         sigma = new
-    while combined_noise_multiplier(sigma, count_extra(sigma)) < combined:
+    for _ in range(64):
+        if combined_noise_multiplier(sigma, count_extra(sigma)) >= combined:
+            return sigma, count_extra(sigma)
         sigma = math.nextafter(sigma, math.inf)
-    return sigma, count_extra(sigma)
+    raise UsageError(f"the count release's noise rule has no fixed point near the noise multiplier {combined:.6g}: "
+                     f"its σ_b must not jump with the gradient's σ")
 
 def charged_noise_multiplier(record: dict[str, Any]) -> float:
     """The noise multiplier a gradient record's releases are charged at: its gradient's σ, combined with the extra
@@ -280,8 +291,10 @@ def plan(spec: RunSpec, calibrate: bool = True,
     extra: tuple[tuple[float, float], ...] = ()
 
     def count_extra(gradient_sigma: float | None) -> tuple[tuple[float, float], ...]:
-        try:
-            count_std = method.count_noise_std(hp, sample_rate * n, gradient_sigma)
+        try:  # a count_noise_std of two arguments (the contract before σ_b could depend on σ) is not given σ
+            count_std = (method.count_noise_std(hp, sample_rate * n, gradient_sigma)
+                         if _takes_noise_multiplier(method.count_noise_std) else
+                         method.count_noise_std(hp, sample_rate * n))
         except ValueError as error:  # a bad ``--set count_noise=...``: one line, not a traceback
             raise UsageError(f"{method.name}: {error}") from None
         if isinstance(count_std, bool) or not isinstance(count_std, (int, float)) or not 0 < count_std < math.inf:

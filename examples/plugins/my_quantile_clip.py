@@ -24,8 +24,9 @@ class MyQuantileClip(Method):
     count_release = True
 
     @classmethod
-    def count_noise_std(cls, hp, expected_batch_size):
-        return expected_batch_size / 20  # σ_b = m/20, the paper's recommendation
+    def count_noise_std(cls, hp, expected_batch_size, noise_multiplier=None):
+        # σ_b = m/20, the paper's recommendation, at least 5σ (σ the gradient's; None before it is calibrated)
+        return max(expected_batch_size / 20, 5 * (noise_multiplier or 0.0))
 
     def setup(self):
         self.optimizer = torch.optim.SGD(self.params, lr=self.hp["lr"])
