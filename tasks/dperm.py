@@ -10,8 +10,9 @@ Reproduced exactly (``dpbench.data.tabular.load_kddcup99_dperm``; checked once a
 benchmark's steps on the mirror's file, features equal to 3e-8, labels identical):
 
 * the source: ``sklearn.datasets.fetch_kddcup99(percent10=True)`` (kddcup99.py line 35), i.e.
-  ``kddcup.data_10_percent.gz`` in file order (scikit-learn 0.18's ``_fetch_brute_kddcup99`` parses the file line by
-  line and does not shuffle by default); the mirror's copy has the sha256 scikit-learn checks;
+  ``kddcup.data_10_percent.gz`` in file order (scikit-learn 0.18's ``_fetch_brute_kddcup99``, the version the
+  benchmark pins, parses the file line by line and does not shuffle by default); the mirror's copy has the sha256
+  scikit-learn checks;
 * the sample: ``np.random.seed(10000019)`` (line 32), then ``np.random.randint(494021, size=70000)`` (line 40), 70,000
   indices drawn with replacement (65,371 distinct rows), from NumPy's legacy generator, which
   ``np.random.RandomState(10000019)`` reproduces (NumPy keeps the legacy streams, ``randint``'s masked rejection and
@@ -38,13 +39,14 @@ Not reproduced, or not known:
   benchmark's script writes them is their statement (line 268), not checked; their dataset table (Appendix B) is not
   in the plain-text copy, so the 70,000 rows cannot be checked against it;
 * the benchmark's grids use L ∈ {0.1, 1, 10} for the row norm (gridsearch.py lines 288-339); only L = 1 is
-  reproduced (DP-GD's L is a row bound there, not Yu et al.'s per-example gradient clipping at 1, which dpbench
-  applies on top of unit rows: with rows of norm 1 the logistic gradients already have norm ≤ 1);
+  reproduced (the benchmark's L bounds the rows, Yu et al.'s threshold 1 clips per-example gradients; with rows of
+  norm 1 and no bias the logistic gradients have norm ≤ 1, so the clipping changes nothing at threshold 1);
 * sampling with replacement puts copies of one connection in both splits (and the 10% file itself repeats many
-  rows): the test accuracy is not on rows unseen in training, as in the paper;
-* NumPy's legacy streams are only guaranteed for the same integer type: ``randint``'s default type is the C long,
-  64 bits on Linux and macOS (where this and, by its paths, the benchmark ran); on Windows with NumPy < 2 it was 32
-  bits and would draw other rows. The check above is the only evidence that the sample is the benchmark's.
+  rows): the test rows are not all unseen in training, here as in the paper;
+* the sample rests on NumPy keeping ``RandomState``'s streams (its policy since NEP 19; the benchmark pinned
+  NumPy 1.13.0 and scikit-learn 0.18.1, ``requirements.txt``): the independent check above used the same NumPy,
+  so it shows the steps are the benchmark's, not that NumPy 1.13 drew these indices (``tests/test_dperm.py`` pins
+  them, so a change of stream would fail there).
 
 The model is the benchmark's: a linear model without a bias (``bias`` defaults to false here). ``--profile yu2020``
 is :class:`~dpbench.tasks.linear.KDDCup99`'s (ε = 0.1, clipping 1, weight decay 1e-4, Section 4's steps and rates).

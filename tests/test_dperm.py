@@ -18,7 +18,8 @@ LABELS = ["normal.", "smurf.", "neptune.", "back."]
 
 
 def kdd_file(rows: int, seed: int = 0) -> tuple[bytes, list[list[str]]]:
-    """A gzipped kddcup.data_10_percent in the canonical format (42 comma-separated fields, no header) and its fields."""
+    """A gzipped kddcup.data_10_percent in the canonical format (42 comma-separated fields, no header), and its
+    fields."""
     rng = np.random.default_rng(seed)
     lines = []
     for _ in range(rows):
