@@ -14,6 +14,6 @@ dpbench leaderboard --format jsonl --out results.jsonl
 dpbench leaderboard --records results.jsonl --format html --out index.html
 dpbench leaderboard --records results.jsonl --format csv --out leaderboard.csv
 dpbench fidelity --records results.jsonl --records deep/results.jsonl --records federated/records.jsonl \
-    --out FIDELITY.md
+    --records dperm/results.jsonl --out FIDELITY.md  # dperm/: Yu et al.'s KDDCup99 data, built by dperm/README.md
 dpbench leaderboard --records results.jsonl --boundary-hits > boundary-hits.md
 dpbench leaderboard --check --records results.jsonl

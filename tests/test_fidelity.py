@@ -124,12 +124,29 @@ def test_another_data_id_is_not_comparable_and_gets_no_difference(tmp_path):
 
 
 def test_an_entry_without_the_papers_data_id_is_never_comparable(tmp_path):
-    """KDDCup99: the benchmark's 70,000-row sample has no dpbench data id (None), so no board data matches it."""
+    """Gisette: the benchmark's 80/20 split of UCI's gisette_train has no dpbench data id (None), so no board data
+    matches it."""
+    gisette = {"task": "gisette", "data_id": "gisette", "n_train": 6000}
+    text = generate(tmp_path, [record(0.673, seed=0, **gisette), record(0.673, seed=1, **gisette)])
+    cells = row(text, "Gisette", "DP-GD → dpgd")
+    assert cells[5] == "—" and cells[6].startswith("not comparable: data not in the offline mirror: the board's data "
+                                                   "is gisette, not UCI's gisette_train.data")
+
+
+def test_kddcup99_is_compared_on_the_benchmarks_sample(tmp_path):
+    """KDDCup99: task kddcup99_dperm reproduces the DP-ERM benchmark's 70,000-row sample (data id
+    kddcup99-dperm-70k): its cells get a difference; the kddcup99 task's whole 10% set is not the paper's data."""
+    dperm = {"task": "kddcup99_dperm", "data_id": "kddcup99-dperm-70k", "n_train": 56000,
+             "tuning": {"mode": "validation"}}
     kdd = {"task": "kddcup99", "data_id": "kddcup99-10pct", "n_train": 395216}
-    text = generate(tmp_path, [record(0.987, seed=0, **kdd), record(0.987, seed=1, **kdd)])
-    cells = row(text, "KDDCup99", "DP-GD → dpgd")
-    assert cells[5] == "—" and cells[6].startswith("not comparable: the board's data is kddcup99-10pct, not 70,000 "
-                                                   "rows drawn with replacement")
+    records = [record(0.977, seed=0, **dperm), record(0.979, seed=1, **dperm),
+               record(0.990, seed=0, **kdd), record(0.990, seed=1, **kdd)]
+    cells = row(generate(tmp_path, records), "KDDCup99", "DP-GD → dpgd")
+    assert cells[4].startswith("97.80 [") and "kddcup99_dperm · kddcup99-dperm-70k" in cells[4]
+    assert cells[5] == "-0.90" and "within 1.5 points" in cells[6]
+    kdd_only = row(generate(tmp_path, records[2:]), "KDDCup99", "DP-GD → dpgd")
+    assert kdd_only[5] == "—" and kdd_only[6].startswith("no board cell: the records hold no runs of task "
+                                                         "kddcup99_dperm")
 
 
 def test_fidelity_needs_records(refused):

@@ -211,3 +211,70 @@ def load_covertype() -> TaskData:
         note = "first 10,000 of 581,012 Covertype records (the mirror's subset); not the full dataset"
         return _shuffled_split(x, y, "covertype-first10k", preprocessing, note)
     return _shuffled_split(x, y, "covertype", preprocessing)
+
+
+#: The DP-ERM benchmark's KDD Cup 99 sample (Iyengar et al. 2019, github.com/sunblaze-ucb/dpml-benchmark, commit
+#: 820cc89, ``datasets/preprocess/kddcup99.py``): ``np.random.seed(10000019)``, then 70,000 row indices drawn with
+#: replacement by ``np.random.randint``, then the prepared rows shuffled by ``np.random.shuffle``, all from NumPy's
+#: legacy global generator (a ``RandomState``, whose streams NumPy keeps unchanged across versions).
+DPERM_SEED = 10_000_019
+DPERM_ROWS = 70_000
+
+
+def dperm_rows(n: int) -> np.ndarray:
+    """The benchmark's rows, in its final order: indices into the ``n`` rows of the 10% file (in file order, as
+    ``sklearn.datasets.fetch_kddcup99(percent10=True)`` returns them), drawn with replacement. The benchmark shuffles
+    its prepared table (``np.random.shuffle`` of a 2-d array, a Fisher-Yates pass over its rows); shuffling the
+    positions 0..69,999 with the same generator state draws the same numbers and makes the same swaps."""
+    generator = np.random.RandomState(DPERM_SEED)
+    drawn = generator.randint(n, size=DPERM_ROWS)
+    order = np.arange(DPERM_ROWS)
+    generator.shuffle(order)
+    return drawn[order]
+
+
+def kddcup99_dperm_arrays(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The benchmark's features and labels from the 10% file's rows (``frame``, in file order, the 42 columns of
+    ``_KDD_COLUMNS``): the sample of :func:`dperm_rows`; the three text columns (protocol_type, service, flag) one-hot
+    encoded over the categories that occur in the sample, in sorted order (LabelEncoder then OneHotEncoder), first;
+    then the 38 numeric columns unscaled, in file order; label 1 for "normal." (the benchmark's +1), 0 for every
+    attack (its -1). Rows are not yet normalized. Returns (x float64, y int64, the one-hot column names)."""
+    sample = frame.iloc[dperm_rows(len(frame))].reset_index(drop=True)
+    labels = sample.pop("label")
+    categorical = ["protocol_type", "service", "flag"]
+    blocks, names = [], []
+    for column in categorical:
+        categories = np.unique(sample[column].to_numpy(str))
+        blocks.append((sample[column].to_numpy(str)[:, None] == categories[None, :]).astype(np.float64))
+        names += [f"{column}={value}" for value in categories]
+    numeric = sample.drop(columns=categorical).to_numpy(np.float64)
+    return np.hstack(blocks + [numeric]), (labels == "normal.").to_numpy(np.int64), names
+
+
+DPERM_SPLIT = "Split: the first int(0.8 n) = 56,000 rows of the benchmark's shuffled order train, the last 14,000 test."
+
+
+@cached
+def load_kddcup99_dperm() -> TaskData:
+    """KDD Cup 1999 as the DP-ERM benchmark prepares it (Iyengar et al. 2019, the data of Yu et al. 2020): 70,000
+    rows drawn with replacement from the 10% set with the benchmark's seed, its column handling and its 80/20 split
+    (see ``tasks/dperm.py`` for what is reproduced exactly and what is not)."""
+    frame = pd.read_csv(fetch(KDDCUP99_10PCT), header=None, names=_KDD_COLUMNS)
+    x, y, names = kddcup99_dperm_arrays(frame)
+    train = len(x) * 4 // 5  # int(0.8 * 70,000) in the benchmark's gridsearch.py
+    preprocessing = (
+        f"kddcup.data_10_percent.gz ({len(frame):,} rows, file order); the DP-ERM benchmark's sample "
+        f"(sunblaze-ucb/dpml-benchmark datasets/preprocess/kddcup99.py, commit 820cc89): NumPy's legacy "
+        f"RandomState({DPERM_SEED}), randint({len(frame):,}, size={DPERM_ROWS:,}) row indices drawn with "
+        f"replacement ({len(np.unique(dperm_rows(len(frame)))):,} distinct), then the same generator's shuffle of "
+        f"the 70,000 rows. Label 1 for 'normal.' (the benchmark's +1), 0 for every attack (-1). Features: "
+        f"protocol_type, service, flag one-hot encoded over the categories present in the sample, sorted "
+        f"({len(names)} columns), then the 38 numeric columns unscaled (the benchmark does not scale them); then "
+        f"each row divided by its own L2 norm (the benchmark's clip_rows with L = 1, which rescales every row of "
+        f"norm > 1: every row here, since the three one-hot ones alone have norm sqrt 3). {DPERM_SPLIT}"
+    )
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)  # norms in float64, as the benchmark's
+    x, y = torch.from_numpy(x), torch.from_numpy(y)
+    return TaskData(x[:train], y[:train], x[train:], y[train:], "kddcup99-dperm-70k", preprocessing,
+                    "the DP-ERM benchmark's 70,000-row sample (with replacement) of the KDD Cup 99 10% set, not the "
+                    "whole 10% set")
