@@ -1,5 +1,6 @@
 """The engine's training step: releases, noise scale, ledger, and equivalences between methods."""
 import math
+from dataclasses import replace
 
 import pytest
 import pytorch_lightning as pl
@@ -162,6 +163,19 @@ def test_profile_sits_between_the_task_defaults_and_the_command_line():
     assert plain_options == {**TASKS["digits"].options, "tag": "plain"}
     with pytest.raises(UsageError, match="has no profile 'paper'; profiles: quick"):
         resolve_hyperparameters(METHODS["dpsgd"], ProfiledDigits, {}, "paper")
+
+
+def test_a_profile_s_relation_applies_to_private_methods_only():
+    """``--profile yu2020`` sets replace-one neighbours for the private methods; the non-private baseline has no ε and
+    ran under the profile without a relation instead of being refused ("takes no --neighbouring")."""
+    spec = RunSpec(method="nonprivate", task="breast_cancer", profile="yu2020", overrides={"epochs": 1},
+                   progress_bar=False, no_wandb=True, append_to_store=False)
+    record = run(spec)
+    assert record["neighbouring"] is None and record["epsilon"] is None and record["hyperparameters"]["bias"] is False
+    private = run(replace(spec, method="dpsgd", overrides={"epochs": 1}))
+    assert private["neighbouring"] == "replace-one" and private["epsilon_target"] == 0.1
+    with pytest.raises(UsageError, match="takes no --neighbouring"):  # given on the command line: still refused
+        run(replace(spec, neighbouring="replace-one"))
 
 
 @pytest.mark.parametrize("sampler", ["poisson", "shuffle"])

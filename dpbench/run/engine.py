@@ -172,7 +172,7 @@ def plan(spec: RunSpec, calibrate: bool = True,
         spec = replace(spec, epsilon=budget.get("epsilon"), noise_multiplier=budget.get("noise_multiplier"))
     if spec.delta is None and "delta" in budget:
         spec = replace(spec, delta=budget["delta"])
-    if spec.neighbouring is None and "neighbouring" in profiled:
+    if method.private and spec.neighbouring is None and "neighbouring" in profiled:  # a budget's relation
         spec = replace(spec, neighbouring=profiled["neighbouring"])
     refusals.check_run_budget(spec, method)
     if spec.secret_seed:
