@@ -290,10 +290,12 @@ def plan(spec: RunSpec, calibrate: bool = True,
     # σ_b may depend on the gradient's σ (Method.count_noise_std): then σ is the fixed point below.
     extra: tuple[tuple[float, float], ...] = ()
 
+    # a count_noise_std of two arguments (the contract before σ_b could depend on σ) is not given σ
+    takes_sigma = method.private and method.count_release and _takes_noise_multiplier(method.count_noise_std)
+
     def count_extra(gradient_sigma: float | None) -> tuple[tuple[float, float], ...]:
-        try:  # a count_noise_std of two arguments (the contract before σ_b could depend on σ) is not given σ
-            count_std = (method.count_noise_std(hp, sample_rate * n, gradient_sigma)
-                         if _takes_noise_multiplier(method.count_noise_std) else
+        try:
+            count_std = (method.count_noise_std(hp, sample_rate * n, gradient_sigma) if takes_sigma else
                          method.count_noise_std(hp, sample_rate * n))
         except ValueError as error:  # a bad ``--set count_noise=...``: one line, not a traceback
             raise UsageError(f"{method.name}: {error}") from None
