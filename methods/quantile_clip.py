@@ -58,9 +58,9 @@ class QuantileClip(DPSGD):
 
     ``dpbench.method.GradientMechanism`` (``self.mechanism``) states C_0: ``mean_noise_std`` is σC_0/B, not the
     noise of later releases (σC_t/B). The clip trajectory's first, last, smallest and largest C are in the record
-    (``clip_norms``), functions of the released counts only. Not supported (refused with one line each): batched
-    seeds (``dpbench.run.multiseed``: trained one by one), private tuning (its trial mechanism charges σ alone),
-    ``--isolate``, several devices, checkpoints.
+    (``clip_norms``), functions of the released counts only. Batched seeds and trials (``dpbench.run.multiseed``) keep
+    each run's C_t and count. Not supported (refused with one line each): private tuning (its trial mechanism charges
+    σ alone), ``--isolate``, several devices, checkpoints.
     """
 
     name = "quantile_clip"

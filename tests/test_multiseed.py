@@ -7,11 +7,12 @@ import torch
 
 from dpbench import registry
 from dpbench.method import stacked
+from dpbench.privacy import correlated
 from dpbench.privacy.clipping import clip_factors
 from dpbench.privacy.ghost import GhostClipper
 from dpbench.privacy.sampling import IndexedTensors, PoissonSampler
 from dpbench.results import store
-from dpbench.run import multiseed
+from dpbench.run import engine, multiseed
 from dpbench.run.engine import run
 from dpbench.run.training import PrivateTraining
 from dpbench.spec import RunSpec, resolve_hyperparameters
@@ -125,14 +126,21 @@ def test_only_linear_models_and_plain_methods_are_batched(method_name, model, me
         multiseed.check_batchable(module_for(batchable))
 
 
-@pytest.mark.parametrize("method_name", ["dpsgd", "dpadam_bc", "adaclip", "ada_dp", "nonprivate"])
+@pytest.mark.parametrize("method_name", ["dpsgd", "dpadam_bc", "adaclip", "ada_dp", "nonprivate", "autoclip",
+                                         "quantile_clip", "bandmf", "dpftrl"])
 def test_runs_with_other_hyperparameters_and_schedules_batch_like_separate_runs(method_name):
     """Tuning trials: other learning rates, clip norms, epochs and batch sizes (other sampling rates and steps per
-    epoch) in one lockstep batch, the shorter runs dropping out; the records equal separate runs'."""
-    scale = 0.01 if method_name == "dpadam_bc" else 1.0  # Adam's steps are not the gradient's size
+    epoch) in one lockstep batch, the shorter runs dropping out; the records equal separate runs'. With automatic
+    clipping, a moving clip norm and a count release, banded and tree noise too (each run's γ, C_t, count, band or
+    tree state its own)."""
+    scale = {"dpadam_bc": 0.01, "dpftrl": 0.1}.get(method_name, 1.0)  # Adam's steps are not the gradient's size;
+    # DP-FTRL's step is lr times the momentum of the prefix sums
     trials = [{"lr": 0.5 * scale, "epochs": 2, "batch_size": 64}, {"lr": 0.05 * scale, "epochs": 4, "batch_size": 256},
               {"lr": 2.0 * scale, "epochs": 1, "batch_size": 128}]
-    if method_name != "nonprivate":
+    if method_name == "autoclip":  # C fixed at 1: each run its own γ
+        for trial, gamma in zip(trials, (0.01, 0.1, 1.0)):
+            trial["gamma"] = gamma
+    elif method_name != "nonprivate":
         for trial, clip in zip(trials, (0.3, 1.0, 3.0)):
             trial["clip"] = clip
     if method_name == "dpsgd":  # runs with and without momentum state in one batched update
@@ -143,8 +151,9 @@ def test_runs_with_other_hyperparameters_and_schedules_batch_like_separate_runs(
     batched = multiseed.run_batch(specs)
     for spec, record in zip(specs, batched):
         alone = run(replace(spec, append_to_store=False))
-        for key in ("epsilon", "noise_multiplier", "sample_rate", "steps", "gradient_evaluations", "hyperparameters"):
-            assert record[key] == alone[key], key
+        for key in ("epsilon", "noise_multiplier", "sample_rate", "steps", "gradient_evaluations", "hyperparameters",
+                    "clip_norms", "count_noise_std", "noise_correlation"):
+            assert record.get(key) == alone.get(key), key
         # AdamBC divides by √max(v − Φ, γ′): float-order differences of the batched kernels grow where v − Φ is
         # near γ′ (1.1e-3 relative after one epoch at lr 0.02); the predictions stay the same
         assert record["metrics"]["test_loss"] == pytest.approx(alone["metrics"]["test_loss"], rel=1e-2 if
@@ -281,7 +290,7 @@ def test_adaclip_clipped_sums_of_batched_and_single_runs_move_by_at_most_c_over_
     for module in modules:
         module.method.mean, module.method.scale = [m.clone() for m in shift], [s.clone() for s in scale]
     rows = [torch.arange(batch), torch.arange(batch - 1), torch.cat([torch.arange(batch - 1), torch.tensor([batch])])]
-    released = multiseed._releases(modules, IndexedTensors(x, y), x.square().sum(1) + 1, rows,
+    released, _ = multiseed._releases(modules, IndexedTensors(x, y), x.square().sum(1) + 1, rows,
                                    torch.ones(3), torch.full((3,), 1 / batch))
     together = [torch.cat([r[run].flatten() for r in released]).double() for run in range(3)]
     alone, exact = [], []
@@ -377,3 +386,76 @@ def test_a_refused_run_among_many_keeps_its_reason():
     records = multiseed.run_many([good, bad], refusals=refusals)
     assert records[0] is not None and records[1] is None
     assert list(refusals) == [1] and "the convex variant's bound needs 0 < lr ≤ 2/β = 0.08" in str(refusals[1])
+
+
+@pytest.mark.parametrize("method_name", ["quantile_clip", "autoclip", "bandmf", "dpftrl"])
+def test_consecutive_batched_releases_are_the_engines(method_name):
+    """Three releases of one run, by the engine (PrivateTraining.release) and by the batched closed form, from the
+    same noise stream: the same noisy gradients and the same counts, with C_t moved between releases (its noise
+    σC_t/B), a training example whose gradient is not finite (dropped from the sum; counted above C) and the band or
+    tree state carried from release to release."""
+    spec = RunSpec(method=method_name, task="digits", epsilon=1.0, overrides={"epochs": 1}, progress_bar=False,
+                   no_wandb=True, append_to_store=False)
+    alone, together = (engine.plan(spec).module() for _ in range(2))
+    for module in (alone, together):
+        module.on_fit_start()
+    data = alone.task.data
+    x = data.x_train.clone()
+    x[3] = 1e25  # its squared norm overflows float32: a gradient norm that is not finite
+    examples = IndexedTensors(x, data.y_train)
+    input_sq = x.square().sum(1) + 1
+    clip, scale = alone.hp["clip"], 1 / alone.expected_batch_size
+    for step, moved in enumerate((None, 2.5, 0.4)):
+        if method_name == "quantile_clip":  # the method's C_t (a public function of earlier counts)
+            for module in (alone, together):
+                module.method.clip_norm = moved if moved is not None else module.method.clip_norm
+        batch = torch.arange(step * 30, step * 30 + 50)
+        expected = alone.release(x.index_select(0, batch), data.y_train.index_select(0, batch))
+        alone.steps += 1
+        noisy, counted = multiseed._releases([together], examples, input_sq, [batch], torch.tensor([clip]),
+                                             torch.tensor([scale]), positions=[step])
+        gradients = expected[0] if method_name == "quantile_clip" else expected
+        for mine, theirs in zip(gradients, noisy):
+            torch.testing.assert_close(theirs[0], mine, rtol=1e-5, atol=1e-6)
+        if method_name == "quantile_clip":
+            assert counted == [expected[1]]
+        else:
+            assert counted is None
+
+
+class SkipsOddSteps(METHODS["dpftrl"]):
+    """Leaves the release of every other step unasked (the contract allows it)."""
+    name = "skips_odd_steps"
+    calls = 0
+
+    def step(self, release):
+        self.calls += 1
+        if self.calls % 2 == 0:
+            super().step(release)
+
+
+def test_a_skipped_release_forms_its_correlated_noise_in_a_batch_as_alone():
+    """A step whose release the method skipped still draws z_t and forms w_t (the tree's node noise): batched as
+    alone, else every later release's noise is shifted."""
+
+    def made(seed):
+        hp, _ = resolve_hyperparameters(SkipsOddSteps, TASKS["digits"], {"epochs": 2, "batch_size": 256})
+        task = TASKS["digits"]()
+        data = task.prepare()
+        steps_per_epoch = max(1, round(data.n_train / 256))
+        module = PrivateTraining(task, SkipsOddSteps, hp, 1.0, 256, seed, steps_per_epoch=steps_per_epoch,
+                                 correlation=correlated.tree())
+        return module, PoissonSampler(data.n_train, 256 / data.n_train, steps_per_epoch, 1, seed), data
+
+    alone = [made(seed) for seed in (0, 1)]
+    for module, sampler, data in alone:
+        train_alone(module, sampler, data, 2)
+    batched = [made(seed) for seed in (0, 1)]
+    data = batched[0][2]
+    multiseed.train([m for m, _, _ in batched], IndexedTensors(data.x_train, data.y_train), [s for _, s, _ in batched],
+                    [2, 2])
+    for (one, _, _), (many, _, _) in zip(alone, batched):
+        assert (many.releases, many.steps) == (one.releases, one.steps)
+        assert one.noise.state_dict()["counter"] == many.noise.state_dict()["counter"]
+        for p, q in zip(one.params(), many.params()):
+            torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5)

@@ -1,6 +1,7 @@
 """Many runs of a linear model (logistic/softmax regression) trained at once, as one batched computation: the seeds
 of a leaderboard cell, or the trials of a tuning (other seeds, learning rates, clip norms, method settings, noise
-multipliers), as long as they share the data, the sampling rate and the schedule (epochs, steps per epoch).
+multipliers, sampling rates and schedules: a run with fewer steps drops out when it is done), as long as they share
+the method, the data and the model's shape.
 
 Each run keeps everything a separate run has: its own initialization, sampler, noise generator, method state
 and ledger (a :class:`~dpbench.run.training.PrivateTraining` module per run). Per step, the S batches are concatenated
@@ -24,9 +25,16 @@ in a greenlet of its own and its ``release()`` suspends it until every run of th
 methods with several releases per step (ADADP's full and half steps) and methods that move their parameters
 before a release batch too.
 
+The engine's other per-run mechanics are batched as each run has them alone (``dpbench.run.training``): automatic
+clipping's scaling C/(‖g_i‖ + γ) from the same closed-form norms (a product of non-negative terms: no cancellation,
+as the exact ghost norm the engine uses for it); a moving clip norm (each run's :meth:`~dpbench.method.Method.next_clip`
+read at its release, its noise σC_t/B); a count release (each run's count over its own batch, an example whose norm
+is not finite counted above C, its noise drawn after the gradient's from the run's stream, as alone); correlated noise
+(each run's band or tree state applied to its draw at its release's step in the epoch, and a step whose release the
+method skipped still drawing and forming its noise).
+
 Only for what this closed form covers: a task whose model is one ``nn.Linear`` (no augmentation), and no
-per-example transform other than a coordinate-wise affine one. Methods that declare automatic clipping, a moving
-clip norm or a count release (``dpbench.method.Method``) are not batched: they train one by one.
+per-example transform other than a coordinate-wise affine one.
 """
 from __future__ import annotations
 
@@ -43,12 +51,12 @@ from torch import nn
 
 from dpbench.data import rows
 from dpbench.errors import UsageError
-from dpbench.method import ReleaseMethod, stacked
-from dpbench.privacy.clipping import CoordinateAffine, clip_factors, keep_finite
+from dpbench.method import CLIPPING_RULES, ReleaseMethod, stacked
+from dpbench.privacy.clipping import CoordinateAffine, check_gamma, clip_factors, keep_finite
 from dpbench.privacy.affine import affine_clipped_sum, affine_sq_norm_bound
 from dpbench.privacy.sampling import IndexedTensors
 from dpbench.results import tracking
-from dpbench.run import engine, refusals
+from dpbench.run import engine
 from dpbench.run.training import PrivateTraining
 from dpbench.spec import RunSpec
 from dpbench.task import Task
@@ -70,10 +78,8 @@ def check_batchable(module: PrivateTraining) -> None:
         raise NotBatchable(f"{method.name}: only coordinate-wise affine per-example transforms are batched")
     if module.task.data.x_train.is_sparse:
         raise NotBatchable(f"task {module.task.name}: sparse inputs are not batched")
-    if method.private and refusals.adaptive_features(method):
-        raise NotBatchable(f"{method.name}: {' and '.join(refusals.adaptive_features(method))} are not batched")
-    if method.private and module.correlated is not None:
-        raise NotBatchable(f"{method.name}: banded (correlated) noise is not batched")
+    if method.private and getattr(method, "clipping", "clip") not in CLIPPING_RULES:
+        raise NotBatchable(f"{method.name}: clipping {method.clipping!r} is not batched")
 
 
 def distinct_examples(data: IndexedTensors) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,9 +91,11 @@ def distinct_examples(data: IndexedTensors) -> tuple[torch.Tensor, torch.Tensor]
 
 def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: torch.Tensor,
               batches: list[torch.Tensor], clips: torch.Tensor, scales: torch.Tensor,
-              whole: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None):
+              whole: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None,
+              positions: list[int] | None = None):
     """Every run's release for its own batch: clipped sum + its own noise, over its expected batch size, stacked
-    (one (S, *shape) tensor per parameter).
+    (one (S, *shape) tensor per parameter); and, for a method that declares a count release, each run's count (else
+    None). ``positions``: each run's step in its epoch, where the noise is correlated.
 
     Where every run drew the same rows (full batches), the rows are taken once and every row is paired with every
     run: one product with all S runs' weights gives every pair's logits, one product of the clipped output gradients
@@ -97,11 +105,17 @@ def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: to
     Otherwise each run's batch is a row of an (S, longest batch) table of row indices, padded (padding pairs take
     no part: their output gradients are zero), and one batched product per direction (``torch.baddbmm``,
     ``torch.bmm``) multiplies every run's rows with its own weights; a Python loop over the runs cost more than the
-    products on small batches. ``clips`` and ``scales`` are each run's C and 1/B;
-    ``input_sq`` is ‖x_i‖² (+ 1 with a bias) of every training example. A run whose method transforms its examples'
-    gradients (a coordinate-wise affine (G − M)/S, checked by :func:`check_batchable`) gets its own norms and sum.
+    products on small batches. ``clips`` and ``scales`` are each run's C and 1/B (a method that moves C gives its
+    own, read here at the release); ``input_sq`` is ‖x_i‖² (+ 1 with a bias) of every training example. A run whose
+    method transforms its examples' gradients (a coordinate-wise affine (G − M)/S, checked by
+    :func:`check_batchable`) gets its own norms and sum.
     """
     runs = len(modules)
+    method = modules[0].method_class
+    moving = method.private and method.moves_clip
+    if moving:  # C_t of this release, each run's (refused unless finite, positive); its noise and count use the float
+        moved = [module.release_clip() for module in modules]
+        clips = torch.tensor(moved, dtype=clips.dtype)
     layers = [module.task.model for module in modules]
     weight = stacked([layer.weight for layer in layers])  # (S, K, d), the runs' own weights as its rows
     classes = weight.shape[1]
@@ -150,9 +164,14 @@ def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: to
         norms = sq.clamp_min(0).sqrt()[filled]
     else:
         norms = (output_grads.square().sum(1) * input_sq.index_select(0, example_of_pair)).sqrt()
-    # each run's clip factors, its sum divided by its B
-    factors = torch.where(kept, clip_factors(norms, clips.index_select(0, run_of_pair),
-                                             scales.index_select(0, run_of_pair)), 0.0)
+    # each run's clip factors, its sum divided by its B: min(1, C/‖g‖), or automatic clipping's C/(‖g‖ + γ)
+    if modules[0].gamma is not None:
+        gammas = torch.tensor([module.gamma for module in modules], dtype=norms.dtype)
+        factors = ((clips * scales).index_select(0, run_of_pair) / (norms + gammas.index_select(0, run_of_pair)))
+        factors = torch.where(kept & norms.isfinite() & factors.isfinite(), factors, 0.0)
+    else:
+        factors = torch.where(kept, clip_factors(norms, clips.index_select(0, run_of_pair),
+                                                 scales.index_select(0, run_of_pair)), 0.0)
     if affine:  # Σ_i c_i (G_i − M)/S with a bounded rounding error, as the fast clipper computes it; weight and
         # bias at once, the bias as a weight on an input column of ones
         table = factors.new_zeros(filled.shape).masked_scatter_(filled, factors)
@@ -174,13 +193,26 @@ def _releases(modules: list[PrivateTraining], data: IndexedTensors, input_sq: to
             sums.append(weighted.new_zeros((runs, classes)).index_add_(0, run_of_pair, weighted))
     noisy = [torch.empty(total.shape, dtype=weight.dtype) for total in sums]  # every run's noise, from its stream
     for index, module in enumerate(modules):
-        module.fill_noise([noise[index] for noise in noisy])
+        own = module.fill_noise([noise[index] for noise in noisy], moved[index] if moving else None)
+        if module.correlated is not None:  # z_t → w_t in place, at the release's step in its epoch
+            module.correlated.apply_(own, positions[index])
     for noise, total in zip(noisy, sums):
         if total.dtype == noise.dtype:
             noise.add_(total)
         else:  # an affine sum, in float64: noise + sum rounded once
             noise.copy_(noise.double() + total)
-    return noisy
+    if not (method.private and method.count_release):
+        return noisy, None
+    # each run's count over its batch, its noise after the gradient's (PrivateTraining.count): an example whose
+    # norm is not finite is counted above C; a distinct example of a whole-set batch counts as often as it occurs
+    seen = torch.where(kept, norms, math.inf)
+    counted = []
+    for index, module in enumerate(modules):
+        mine = seen[run_of_pair == index]
+        if counts is not None:
+            mine = mine.repeat_interleave(counts.to(torch.long))
+        counted.append(module.count(mine, moved[index] if moving else module.hp["clip"]))
+    return noisy, counted
 
 
 def _steps(sampler, epochs: int):
@@ -202,15 +234,17 @@ def _switch(target: greenlet, *args):
         torch.set_grad_enabled(mode)
 
 
-def _lockstep(modules: list[PrivateTraining], steps: list[list[torch.Tensor]], releases: Callable) -> None:
+def _lockstep(modules: list[PrivateTraining], steps: list[list[torch.Tensor]], releases: Callable) -> list[int]:
     """One step of every run, its method's ``step`` running in a greenlet of its own: each time every unfinished
     run waits for a release, ``releases(indices, batches)`` computes all of theirs in one batched computation, each
     for its run's parameters as they are at that moment (a method may move them between its releases, as ADADP's
-    half step does, or before its first). The k-th release of a run's step uses the k-th of its step's batches."""
+    half step does, or before its first). The k-th release of a run's step uses the k-th of its step's batches.
+    Returns the runs whose step left some of its batches unreleased."""
     waiting: dict[int, torch.Tensor] = {}
+    unused = [iter(batches) for batches in steps]
 
     def start(index: int) -> greenlet:
-        pending = iter(steps[index])
+        pending = unused[index]
         module = modules[index]
 
         def release() -> list[torch.Tensor]:
@@ -231,6 +265,7 @@ def _lockstep(modules: list[PrivateTraining], steps: list[list[torch.Tensor]], r
         indices = sorted(waiting)
         for index, gradients in zip(indices, releases(indices, [waiting.pop(index) for index in indices])):
             _switch(runs[index], gradients)
+    return [index for index, pending in enumerate(unused) if next(pending, None) is not None]
 
 
 def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, epochs: list[int]) -> None:
@@ -238,6 +273,8 @@ def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, 
     left draws its next batches; runs with fewer steps (fewer epochs, larger batches) drop out when they are done."""
     for module in modules:
         check_batchable(module)
+        if module.gamma is not None:
+            check_gamma(module.gamma)  # as the engine's clipper checks it at the first release
         module.on_fit_start()
     clips = torch.tensor([module.hp.get("clip", math.inf) for module in modules], dtype=data.x.dtype)
     scales = torch.tensor([1 / module.expected_batch_size for module in modules], dtype=data.x.dtype)
@@ -246,7 +283,9 @@ def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, 
     active = list(range(len(modules)))
     whole = functools.cache(lambda: distinct_examples(data))  # on the first batch of the whole training set
     method_class = modules[0].method_class
-    together = method_class.batches_updates() and all(module.method_class is method_class for module in modules)
+    together = (method_class.batches_updates() and all(module.method_class is method_class for module in modules)
+                and not (method_class.private and method_class.count_release))
+    correlated = modules[0].correlated is not None
     # the ledger, as the engine's training_step keeps it; counted here and set on the modules at the end (an
     # nn.Module's attribute assignment cost more than the step of a small model)
     releases, sampled, steps = [0] * len(modules), [0] * len(modules), [0] * len(modules)
@@ -261,20 +300,30 @@ def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, 
                 releases[index] += len(step_batches)
                 sampled[index] += sum(len(batch) for batch in step_batches)
 
-        def release_all(chosen: list[int], chosen_batches: list[torch.Tensor]) -> list[torch.Tensor]:
-            runs = torch.tensor([active[i] for i in chosen])
-            return _releases([modules[active[i]] for i in chosen], data, input_sq, chosen_batches,
-                             clips.index_select(0, runs), scales.index_select(0, runs), whole)
+        def release_all(chosen: list[int], chosen_batches: list[torch.Tensor]):
+            runs = [active[i] for i in chosen]
+            at = torch.tensor(runs)
+            positions = [steps[r] % modules[r].steps_per_epoch for r in runs] if correlated else None
+            return _releases([modules[r] for r in runs], data, input_sq, chosen_batches, clips.index_select(0, at),
+                             scales.index_select(0, at), whole, positions)
+
+        def per_run(chosen: list[int], chosen_batches: list[torch.Tensor]) -> list:
+            noisy, counted = release_all(chosen, chosen_batches)
+            gradients = [list(released) for released in zip(*noisy)]
+            return gradients if counted is None else list(zip(gradients, counted))
 
         stepping = [modules[index] for index in active]
         if together:  # one release each, then one update of all runs
-            gradients = release_all(list(range(len(active))), [step_batches[0] for step_batches in batches])
+            gradients, _ = release_all(list(range(len(active))), [step_batches[0] for step_batches in batches])
             methods = [module.method for module in stepping]  # their parameters: rows of _releases' stacks
             params = [stacked([method.params[j] for method in methods]) for j in range(len(gradients))]
             method_class.update_together(methods, params, gradients)
         else:
-            _lockstep(stepping, batches, lambda chosen, chosen_batches: [
-                list(released) for released in zip(*release_all(chosen, chosen_batches))])
+            skipped = _lockstep(stepping, batches, per_run)
+            for i in skipped if correlated else ():
+                # a step whose release the method skipped still draws z_t and forms w_t (PrivateTraining.training_step)
+                module = stepping[i]
+                module.correlated.apply_(module.draw_noise(module.params()), steps[active[i]] % module.steps_per_epoch)
         for index in active:
             steps[index] += 1
     for module, released, drawn, taken in zip(modules, releases, sampled, steps):
