@@ -704,6 +704,19 @@ MUTANTS = [
     Mutant("verify-cyclic-two-releases", "verify", "verify accepts a cyclic record of two releases per step",
            "dpbench/trust/plan_checks.py", '        if sampler == "cyclic" and k != 1:', "        if False:",
            first="tests/test_correlated.py::test_verify_refuses_a_cyclic_record_of_two_releases_per_step"),
+    Mutant("multiseed-moving-clip-noise-at-c0", "batched seeds", "batched runs of a method that moves its clip norm "
+           "clip at C_t but add the noise of C_0 (under-noised wherever C_t > C_0)", "dpbench/run/multiseed.py",
+           "own = module.fill_noise([noise[index] for noise in noisy], moved[index] if moving else None)",
+           "own = module.fill_noise([noise[index] for noise in noisy], None)",
+           first="tests/test_multiseed.py::test_consecutive_batched_releases_are_the_engines"),
+    Mutant("multiseed-correlated-not-formed", "batched seeds", "batched runs with banded or tree noise add the "
+           "independent draw z_t instead of the strategy's w_t", "dpbench/run/multiseed.py",
+           "            module.correlated.apply_(own, positions[index])", "            pass",
+           first="tests/test_multiseed.py::test_consecutive_batched_releases_are_the_engines"),
+    Mutant("multiseed-skipped-correlated", "batched seeds", "a batched step whose release the method skipped draws no "
+           "correlated noise (every later release's noise shifted by one row of C)", "dpbench/run/multiseed.py",
+           "for i in skipped if correlated else ():", "for i in ():",
+           first="tests/test_multiseed.py::test_a_skipped_release_forms_its_correlated_noise_in_a_batch_as_alone"),
 ]
 
 
