@@ -315,7 +315,7 @@ def test_a_method_sees_no_per_example_quantity():
             assert value is None or isinstance(value, (int, float)), name
 
 
-@pytest.mark.parametrize("bad", [math.nan, math.inf, 0.0, -1.0, True, "1.0"])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, 0.0, -1.0, True, "1.0", 3.5e38, 1e300])
 def test_a_clip_norm_that_is_not_finite_and_positive_is_refused(bad):
     module, data, dataset, _ = module_for(QuantileClip, 1.0, 8.0)
     module.method.clip_norm = bad

@@ -1,4 +1,5 @@
 """Seeds trained as one batched computation equal the same seeds trained one by one."""
+import functools
 from dataclasses import replace
 
 import pytest
@@ -447,15 +448,74 @@ def test_a_skipped_release_forms_its_correlated_noise_in_a_batch_as_alone():
                                  correlation=correlated.tree())
         return module, PoissonSampler(data.n_train, 256 / data.n_train, steps_per_epoch, 1, seed), data
 
-    alone = [made(seed) for seed in (0, 1)]
-    for module, sampler, data in alone:
-        train_alone(module, sampler, data, 2)
-    batched = [made(seed) for seed in (0, 1)]
+    epochs = [1, 2, 3]  # the shorter runs drop out first: the later steps' runs are not the batch's first ones
+    alone = [made(seed) for seed in (0, 1, 2)]
+    for (module, sampler, data), count in zip(alone, epochs):
+        train_alone(module, sampler, data, count)
+    batched = [made(seed) for seed in (0, 1, 2)]
     data = batched[0][2]
     multiseed.train([m for m, _, _ in batched], IndexedTensors(data.x_train, data.y_train), [s for _, s, _ in batched],
-                    [2, 2])
+                    epochs)
     for (one, _, _), (many, _, _) in zip(alone, batched):
         assert (many.releases, many.steps) == (one.releases, one.steps)
         assert one.noise.state_dict()["counter"] == many.noise.state_dict()["counter"]
         for p, q in zip(one.params(), many.params()):
             torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5)
+
+
+def test_an_example_whose_loss_overflowed_is_counted_above_c_in_a_batch_as_alone():
+    """The engine drops an example whose gradient is not finite and counts it above C (−½); the batched count did too
+    only by way of its norm (an overflowed loss zeroes the output gradient, whose norm is then 0 ≤ C: +½)."""
+    spec = RunSpec(method="quantile_clip", task="digits", epsilon=1.0, overrides={"epochs": 1}, progress_bar=False,
+                   no_wandb=True, append_to_store=False)
+    alone, together = (engine.plan(spec).module() for _ in range(2))
+    generator = torch.Generator().manual_seed(2)
+    x = torch.rand(65, 64, generator=generator)
+    direction = torch.nn.functional.normalize(torch.rand(64, generator=generator), dim=0)
+    x[64] = 1000 * direction
+    y = torch.randint(0, 10, (65,), generator=generator)
+    for module in (alone, together):
+        module.on_fit_start()
+        module.method.clip_norm = 100.0  # every finite example below C
+        with torch.no_grad():
+            module.task.model.weight[0] = 1e36 * direction  # example 64's logit overflows
+    gradient, count = alone.release(x, y)
+    assert all(bool(t.isfinite().all()) for t in gradient)
+    _, counted = multiseed._releases([together], IndexedTensors(x, y), x.square().sum(1) + 1, [torch.arange(65)],
+                                     torch.tensor([1.0]), torch.tensor([1 / alone.expected_batch_size]))
+    assert counted == [count]
+    assert count.noisy_sum < 32.5 - 0.5 + 10  # 64 below and one above: (64 − 1)/2, not 65/2, up to the noise
+
+
+@pytest.mark.parametrize("method_name", ["quantile_clip", "autoclip"])
+def test_a_whole_set_batch_of_repeated_examples_releases_as_alone(method_name):
+    """A batch of the whole training set is taken as its distinct examples, each weighted by its multiplicity
+    (distinct_examples): two runs' gradients and counts equal the engine's, with 200 copies of one example and one
+    whose norm is not finite."""
+    spec = RunSpec(method=method_name, task="digits", epsilon=1.0, overrides={"epochs": 1}, progress_bar=False,
+                   no_wandb=True, append_to_store=False)
+    alone, first, second = (engine.plan(spec).module() for _ in range(3))
+    for module in (alone, first, second):
+        module.on_fit_start()
+    second.noise = type(second.noise)(7)  # another run's stream
+    data = alone.task.data
+    x, y = data.x_train.clone(), data.y_train.clone()
+    x[1:200], y[1:200] = x[0], y[0]
+    x[300] = 1e25
+    examples = IndexedTensors(x, y)
+    whole = functools.cache(lambda: multiseed.distinct_examples(examples))
+    assert len(whole()[0]) == len(x) - 199
+    if method_name == "quantile_clip":
+        for module in (alone, first, second):
+            module.method.clip_norm = 0.05  # some examples above C, some below
+    everyone = torch.arange(len(x))
+    expected = alone.release(x, y)
+    noisy, counted = multiseed._releases([first, second], examples, x.square().sum(1) + 1, [everyone, everyone],
+                                         torch.tensor([alone.hp["clip"]] * 2),
+                                         torch.tensor([1 / alone.expected_batch_size] * 2), whole)
+    gradients = expected[0] if method_name == "quantile_clip" else expected
+    for mine, theirs in zip(gradients, noisy):
+        torch.testing.assert_close(theirs[0], mine, rtol=1e-5, atol=1e-6)
+        assert not torch.allclose(theirs[1], mine)  # the second run's own noise
+    if method_name == "quantile_clip":
+        assert counted[0] == expected[1] and counted[1] != expected[1]

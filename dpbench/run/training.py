@@ -42,6 +42,9 @@ from dpbench.task import Task
 #: The smallest clip norm a method may move to: below it σC/B and the contributions reach float32's subnormals,
 #: where they are quantized or zero.
 MIN_CLIP = 1e-30
+#: The largest: float32's largest finite number (a larger C_t is inf in float32, which the clipping reads as "not
+#: clipped"; the engine's clamp overflowed, the batched one released the unclipped sum: review of 26 November 2026).
+MAX_CLIP = float(torch.finfo(torch.float32).max)
 #: The count release's grid (:meth:`PrivateTraining.count`): 2⁻¹⁰, a divisor of the count's sensitivity ½.
 COUNT_GRID = 2.0**-10
 
@@ -191,9 +194,9 @@ class PrivateTraining(pl.LightningModule):
         if not self.method_class.moves_clip:
             return self.hp["clip"]
         clip = self.method.next_clip()
-        if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not MIN_CLIP <= clip < math.inf:
+        if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not MIN_CLIP <= clip <= MAX_CLIP:
             raise PrivacyCheckFailed(f"{self.method_class.name} set the clip norm of a release to {clip!r}: a clip norm "
-                                     f"must be a finite number of at least {MIN_CLIP}")
+                                     f"must be a finite number of at least {MIN_CLIP} and at most float32's largest, {MAX_CLIP:.4g}")
         clip = float(clip)
         seen = self.clip_norms
         self.clip_norms = {"first": clip, "last": clip, "min": clip, "max": clip} if seen is None else \
