@@ -140,5 +140,54 @@ def test_the_rates_are_printed_for_the_readme(capsys):
     tuned_board(epochs_at_8=10)
     assert main(["leaderboard", "--boundary-hits"]) == 0
     out = capsys.readouterr().out
-    assert "| validation | dpsgd | 3 | 3 | 33.3% | 1 (33%) | epochs high 1 |" in out
-    assert "| all tuned | all | 6 | 18 | 16.7% | 1 (17%) | epochs high 1 |" in out
+    assert "| validation | dpsgd | 3 | 3 | 33.3% | 70.0% | " in out and out.count("| 1 (33%) | epochs high 1 |") == 2
+    assert "| all tuned | all | 6 | 18 | 16.7% | 40.0% | " in out and "| 1 (17%) | epochs high 1 |" in out
+
+
+@pytest.mark.parametrize("space, expected", [
+    ({"epochs": EPOCHS}, 2 / 3),
+    ({"lr": LR}, 2 * boundary.EDGE),
+    ({"momentum": {"type": "categorical", "choices": [0.0, 0.9]}}, 0.0),  # a switch has no boundary
+    ({"n": {"type": "int", "low": 1, "high": 101}}, 12 / 101),  # 1..6 and 96..101
+    ({"epochs": EPOCHS, "lr": LR, "clip": CLIP}, 1 - (1 / 3) * 0.9 * 0.9),
+])
+def test_the_chance_of_a_hit_is_the_share_of_a_uniform_draw_on_a_boundary(space, expected):
+    assert boundary.chance(space) == pytest.approx(expected, abs=1e-12)
+
+
+@pytest.mark.parametrize("method", ["dpsgd", "dpgd", "amp", "output_perturbation", "nonprivate", "adaclip"])
+def test_the_chance_is_the_rate_of_the_searchs_own_draws(method):
+    """An independent check of :func:`boundary.chance` against the draws the tracks make (the validation track's
+    Sobol points, the random-stopping track's Optuna random draws), on the method's search space on adult."""
+    from dpbench import registry
+    from dpbench.tuning import search, validation
+
+    space = validation.search_space(registry.methods()[method], registry.tasks()["adult"])
+    expected = boundary.chance(space)
+    for drawn in (search.spread_draws(space, 4096, 0, "validation-search"),
+                  search.draws(space, 4096, 0, "validation-search")):
+        observed = sum(bool(boundary.hits(space, params)) for params in drawn) / len(drawn)
+        assert observed == pytest.approx(expected, abs=4 * math.sqrt(expected * (1 - expected) / 4096) + 1e-3)
+
+
+def test_the_upper_tail_is_the_binomials_where_the_chances_are_equal_and_exact_where_not():
+    from scipy import stats
+
+    for n, p, k in [(10, 0.3, 0), (10, 0.3, 4), (64, 0.65, 41), (5, 0.9, 5)]:
+        assert boundary.upper_tail(k, [p] * n) == pytest.approx(stats.binom.sf(k - 1, n, p), rel=1e-9)
+    # unequal chances, by enumeration of the 2³ outcomes
+    chances = [0.1, 0.5, 0.8]
+    exact = sum(math.prod(p if bit else 1 - p for p, bit in zip(chances, bits))
+                for bits in __import__("itertools").product([0, 1], repeat=3) if sum(bits) >= 2)
+    assert boundary.upper_tail(2, chances) == pytest.approx(exact, rel=1e-12)
+
+
+def test_the_rates_table_sets_each_rate_beside_its_chance(capsys):
+    tuned_board(epochs_at_8=10)  # validation: one of 3 cells at the top of epochs [3, 5, 10]
+    assert main(["leaderboard", "--boundary-hits"]) == 0
+    rows = {tuple(cell.strip() for cell in line.split("|")[1:3]): [c.strip() for c in line.split("|")[1:-1]]
+            for line in capsys.readouterr().out.splitlines()[2:]}
+    validation = rows["validation", "dpsgd"]
+    # each validation study: chance 1 − (1/3)(0.9) = 0.7 (epochs' two ends of three, lr's outer 10%)
+    assert validation[4:7] == ["33.3%", "70.0%", f"{boundary.upper_tail(1, [0.7] * 3):.2g}"]
+    assert validation[7:10] == ["1 (33%)", "33%", f"{boundary.upper_tail(1, [1 / 3] * 3):.2g}"]

@@ -25,6 +25,18 @@ studies. A single random-stopping study at a float range's edge is expected by c
 not matter lands in the outer 10% of its range one time in ten), the same edge in most studies is not.
 
 Only tuned tracks have selections: rows of the ``none`` track and the converged references are never counted.
+
+What a rate is compared with: chance. Where the held-out scores of a cell's trials are near-ties (a flat optimum, or
+differences under the selection's noise), the selection is in effect a uniform draw among its trials, whose
+configurations are draws from the search space; a list of four batch sizes then has its selection on an end half
+the time, and a space of several lists almost always has some hit. :func:`chance` is that probability for a space
+(each entry's probability of a boundary under the search's uniform draws: the share of a list's choices at its
+ends, 2 · :data:`EDGE` of a range; the entries independent), and :func:`rates` sets each method's observed rate
+beside the mean of its studies' chances, with the probability of at least as many hits by chance (Poisson-binomial
+upper tail over the studies). A rate above chance with a small probability says the lists bind (the selections
+press against an end); a rate at chance says nothing either way, since a budget that does not bind is hit at
+chance. The same for the budget alone: a selection at the top of its ``epochs`` or ``steps`` list, against the
+share of the list's choices at its top.
 """
 from __future__ import annotations
 
@@ -70,6 +82,46 @@ def boundary(entry: dict[str, Any], value: Any) -> str | None:
     return None
 
 
+def _entry_chance(entry: dict[str, Any], ends: tuple[str, ...] = ("low", "high")) -> float:
+    """The probability that the search's uniform draw from ``entry`` lies on one of its ``ends`` (:func:`boundary`)."""
+    if not isinstance(entry, dict):
+        return 0.0
+    if entry.get("type") == "categorical":
+        choices = entry.get("choices")
+        if not isinstance(choices, list) or not choices:
+            return 0.0
+        return sum(boundary(entry, choice) in ends for choice in choices) / len(choices)
+    if entry.get("type") in ("float", "int") and _number(entry.get("low")) and _number(entry.get("high")):
+        low, high = entry["low"], entry["high"]
+        if entry.get("type") == "int" and not entry.get("log") and high - low < 100_000:
+            values = range(int(low), int(high) + 1)
+            return sum(boundary(entry, value) in ends for value in values) / len(values)
+        if _position(high, low, high, bool(entry.get("log"))) is None:
+            return 0.0
+        return EDGE * len(ends)  # uniform on its (log) scale
+    return 0.0
+
+
+def chance(space: dict[str, Any], names: tuple[str, ...] | None = None, ends: tuple[str, ...] = ("low", "high")) \
+        -> float:
+    """The probability that a uniform draw from ``space`` (only its ``names``, if given) lies on some boundary (one
+    of ``ends``): the rate a selection among near-tied trials hits by chance (module docstring)."""
+    miss = 1.0
+    for name, entry in (space or {}).items():
+        if names is None or name in names:
+            miss *= 1.0 - _entry_chance(entry, ends)
+    return 1.0 - miss
+
+
+def upper_tail(observed: int, chances: list[float]) -> float:
+    """P(S ≥ ``observed``) for S a sum of independent Bernoulli(p) over ``chances`` (Poisson-binomial), exactly."""
+    distribution = [1.0]
+    for p in chances:
+        distribution = [(distribution[k] if k < len(distribution) else 0.0) * (1 - p)
+                        + (distribution[k - 1] * p if k >= 1 else 0.0) for k in range(len(distribution) + 1)]
+    return min(1.0, sum(distribution[observed:]))
+
+
 def hits(space: dict[str, Any], selected: dict[str, Any]) -> dict[str, str]:
     """{hyperparameter: "low" | "high"} of the ``selected`` values on a boundary of ``space``."""
     found = {}
@@ -97,6 +149,11 @@ class Study:
     @property
     def hits(self) -> dict[str, str]:
         return hits(self.space, self.selected)
+
+    @property
+    def budget_high(self) -> bool:
+        """The selection is at the top of its compute budget (``epochs`` or ``steps``)."""
+        return any(self.hits.get(name) == "high" for name in BUDGET_KEYS)
 
 
 def studies(cell: Cell) -> list[Study]:
@@ -188,10 +245,30 @@ class Rate:
     hit_share: float = 0.0  # sum over cells of each cell's fraction of studies hitting
     listed: int = 0  # cells --check lists
     by_end: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))  # studies hitting each
+    chance_share: float = 0.0  # sum over cells of the mean chance of its studies' spaces
+    outcomes: list[tuple[bool, float]] = field(default_factory=list)  # per study: (hit, chance)
+    budget: list[tuple[bool, float]] = field(default_factory=list)  # per study: (at its budget's top, chance)
 
     @property
     def rate(self) -> float:
         return self.hit_share / self.cells if self.cells else 0.0
+
+    @property
+    def chance(self) -> float:
+        return self.chance_share / self.cells if self.cells else 0.0
+
+    @staticmethod
+    def _tail(outcomes: list[tuple[bool, float]]) -> float:
+        return upper_tail(sum(hit for hit, _ in outcomes), [p for _, p in outcomes])
+
+    @property
+    def p_value(self) -> float:
+        """P(at least this many studies hit by chance)."""
+        return self._tail(self.outcomes)
+
+    @property
+    def budget_p_value(self) -> float:
+        return self._tail(self.budget)
 
     def add(self, cell: Cell) -> None:
         n, found = cell_hits(cell)
@@ -201,6 +278,10 @@ class Rate:
         self.listed += any(hit.listed for hit in found)
         for hit in found:
             self.by_end[hit.name, hit.end] += hit.count
+        selections = studies(cell)
+        self.chance_share += sum(chance(study.space) for study in selections) / len(selections)
+        self.outcomes += [(bool(study.hits), chance(study.space)) for study in selections]
+        self.budget += [(study.budget_high, chance(study.space, BUDGET_KEYS, ("high",))) for study in selections]
 
 
 def rates(tables: list[Table]) -> list[Rate]:
@@ -215,12 +296,18 @@ def rates(tables: list[Table]) -> list[Rate]:
 
 
 def rates_markdown(tables: list[Table]) -> str:
-    """:func:`rates` as a markdown table (``dpbench leaderboard --boundary-hits``), with which ends were hit."""
-    lines = ["| track | method | cells | studies | boundary-hit rate | cells listed by --check | hits (studies) |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    """:func:`rates` as a markdown table (``dpbench leaderboard --boundary-hits``), each rate beside its chance
+    (module docstring), with which ends were hit."""
+    lines = ["| track | method | cells | studies | boundary-hit rate | by chance | P(as many by chance) | "
+             "budget at its top (studies) | by chance | P | cells listed by --check | hits (studies) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for rate in rates(tables):
         ends = ", ".join(f"{name} {end} {count}" for (name, end), count in
                          sorted(rate.by_end.items(), key=lambda item: (-item[1], item[0])))
+        at_top = sum(hit for hit, _ in rate.budget)
+        budget_chance = sum(p for _, p in rate.budget) / len(rate.budget) if rate.budget else 0.0
         lines.append(f"| {rate.track} | {rate.method} | {rate.cells} | {rate.studies} | {rate.rate:.1%} | "
-                     f"{rate.listed} ({rate.listed / rate.cells:.0%}) | {ends or '—'} |")
+                     f"{rate.chance:.1%} | {rate.p_value:.2g} | {at_top} ({at_top / max(1, rate.studies):.0%}) | "
+                     f"{budget_chance:.0%} | {rate.budget_p_value:.2g} | {rate.listed} ({rate.listed / rate.cells:.0%}) "
+                     f"| {ends or '—'} |")
     return "\n".join(lines) + "\n"
