@@ -19,10 +19,8 @@ random-stopping track runs one study per tuning seed (each record is one release
 ``tuning.study``). A cell's hit fraction is the share of its studies whose selection lies on some boundary; the
 boundary-hit rate of a method (:func:`rates`) is the mean of its cells' fractions, so every (task, ε) cell weighs
 the same whatever its number of studies (with five tuning seeds everywhere it is the share of studies). ``dpbench
-leaderboard --check`` lists a cell (``boundary-hit``, :func:`cell_hits`) where more than half of its studies hit
-the same boundary (same hyperparameter, same end): the one selection of a validation cell, 3 of 5 random-stopping
-studies. A single random-stopping study at a float range's edge is expected by chance (a hyperparameter that does
-not matter lands in the outer 10% of its range one time in ten), the same edge in most studies is not.
+leaderboard --check`` tests a method's selections of a task and track against chance (below; ``boundary-hit`` in
+:mod:`dpbench.board.check`).
 
 Only tuned tracks have selections: rows of the ``none`` track and the converged references are never counted.
 
@@ -185,22 +183,6 @@ class Hit:
     values: tuple[Any, ...]  # the selected values on that boundary
     entry: dict[str, Any]
 
-    @property
-    def listed(self) -> bool:
-        """Most of the cell's studies hit it: ``--check`` lists the cell."""
-        return 2 * self.count > self.studies
-
-    def describe(self) -> str:
-        entry = self.entry
-        if entry.get("type") == "categorical":
-            where = f"the {'largest' if self.end == 'high' else 'smallest'} choice of {sorted(entry['choices'])}"
-        else:
-            scale = ", log" if entry.get("log") else ""
-            where = f"the {self.end} {EDGE:.0%} of [{entry['low']:g}, {entry['high']:g}{scale}]"
-        values = ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in sorted(set(self.values)))
-        budget = " (the budget may bind)" if self.end == "high" and self.name in BUDGET_KEYS else ""
-        return f"{self.name} = {values} at {where}{budget} in {self.count} of {self.studies} selection(s)"
-
 
 def cell_hits(cell: Cell) -> tuple[int, list[Hit]]:
     """(the cell's number of studies, its hits by hyperparameter and end, most frequent first)."""
@@ -243,7 +225,6 @@ class Rate:
     cells: int = 0
     studies: int = 0
     hit_share: float = 0.0  # sum over cells of each cell's fraction of studies hitting
-    listed: int = 0  # cells --check lists
     by_end: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))  # studies hitting each
     chance_share: float = 0.0  # sum over cells of the mean chance of its studies' spaces
     outcomes: list[tuple[bool, float]] = field(default_factory=list)  # per study: (hit, chance)
@@ -275,7 +256,6 @@ class Rate:
         self.cells += 1
         self.studies += n
         self.hit_share += fraction(cell) or 0.0
-        self.listed += any(hit.listed for hit in found)
         for hit in found:
             self.by_end[hit.name, hit.end] += hit.count
         selections = studies(cell)
@@ -299,8 +279,8 @@ def rates_markdown(tables: list[Table]) -> str:
     """:func:`rates` as a markdown table (``dpbench leaderboard --boundary-hits``), each rate beside its chance
     (module docstring), with which ends were hit."""
     lines = ["| track | method | cells | studies | boundary-hit rate | by chance | P(as many by chance) | "
-             "budget at its top (studies) | by chance | P | cells listed by --check | hits (studies) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "budget at its top (studies) | by chance | P | hits (studies) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for rate in rates(tables):
         ends = ", ".join(f"{name} {end} {count}" for (name, end), count in
                          sorted(rate.by_end.items(), key=lambda item: (-item[1], item[0])))
@@ -308,6 +288,5 @@ def rates_markdown(tables: list[Table]) -> str:
         budget_chance = sum(p for _, p in rate.budget) / len(rate.budget) if rate.budget else 0.0
         lines.append(f"| {rate.track} | {rate.method} | {rate.cells} | {rate.studies} | {rate.rate:.1%} | "
                      f"{rate.chance:.1%} | {rate.p_value:.2g} | {at_top} ({at_top / max(1, rate.studies):.0%}) | "
-                     f"{budget_chance:.0%} | {rate.budget_p_value:.2g} | {rate.listed} ({rate.listed / rate.cells:.0%}) "
-                     f"| {ends or '—'} |")
+                     f"{budget_chance:.0%} | {rate.budget_p_value:.2g} | {ends or '—'} |")
     return "\n".join(lines) + "\n"
