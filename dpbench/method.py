@@ -74,6 +74,12 @@ class CountRelease:
         return self.noisy_sum / self.expected_batch_size + 0.5
 
 
+#: The range of a clip norm a method moves (:meth:`Method.next_clip`; the engine refuses a C_t outside it): below
+#: 1e-30, σC/B and the contributions reach float32's subnormals, where they are quantized or zero; above float32's
+#: largest, C_t is inf in float32, which the clipping reads as "not clipped".
+MIN_CLIP = 1e-30
+MAX_CLIP = float(torch.finfo(torch.float32).max)
+
 #: The per-example scalings the engine offers (``Method.clipping``): "clip", min(1, C/‖g_i‖) (Abadi et al. 2016);
 #: "automatic", C/(‖g_i‖ + γ) with γ = hp["gamma"] (Bu et al. 2022, AUTO-S). Both bound every contribution by C.
 CLIPPING_RULES = ("clip", "automatic")

@@ -565,3 +565,17 @@ def test_a_gamma_below_the_floor_is_refused(gamma):
     with pytest.raises(ValueError, match="at least"):
         check_gamma(gamma)
     assert check_gamma(MIN_GAMMA) == MIN_GAMMA
+
+
+def test_the_clip_norm_stays_in_the_range_the_engine_accepts():
+    """Counts that keep b̃ above γ step after step drove C_t below 1e-30 on adult (well-classified examples' float32
+    gradients exactly 0), and the engine refused the release: the sweep stopped. C_t now stops at MIN_CLIP (and
+    MAX_CLIP upwards), a public function of the released counts."""
+    from dpbench.method import MAX_CLIP, MIN_CLIP, GradientMechanism
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    method = QuantileClip(params, {**QuantileClip.defaults, "epochs": 1, "batch_size": 10, "clip": 2.0,
+                                   "clip_lr": 5.0}, GradientMechanism(1.0, 2.0, 10.0, 1, 0.5))
+    for noisy_sum, end in ((5.0, MIN_CLIP), (-5.0, MAX_CLIP)):  # b̃ = 1 (all below C), then b̃ = 0
+        for _ in range(100):
+            method.step(lambda: ([torch.zeros(2)], CountRelease(noisy_sum=noisy_sum, expected_batch_size=10.0)))
+        assert method.next_clip() == end

@@ -28,7 +28,7 @@ import pytorch_lightning as pl
 import torch
 
 from dpbench.errors import PrivacyCheckFailed, UsageError
-from dpbench.method import CountRelease, GradientMechanism, Method
+from dpbench.method import MAX_CLIP, MIN_CLIP, CountRelease, GradientMechanism, Method
 from dpbench.privacy import correlated, streams
 from dpbench.privacy.clipping import PerExampleClipper, Transform
 from dpbench.privacy.ghost import make_clipper
@@ -38,15 +38,9 @@ from dpbench.run import distributed
 from dpbench.run.isolation import IsolatedMethod
 from dpbench.task import Task
 
-
-#: The smallest clip norm a method may move to: below it σC/B and the contributions reach float32's subnormals,
-#: where they are quantized or zero.
-MIN_CLIP = 1e-30
-#: The largest: float32's largest finite number (a larger C_t is inf in float32, which the clipping reads as "not
-#: clipped"; the engine's clamp overflowed, the batched one released the unclipped sum: review of 26 November 2026).
-MAX_CLIP = float(torch.finfo(torch.float32).max)
 #: The count release's grid (:meth:`PrivateTraining.count`): 2⁻¹⁰, a divisor of the count's sensitivity ½.
 COUNT_GRID = 2.0**-10
+
 
 class ProgressLines(pl.Callback):
     """Lightning's progress bar off a terminal (:class:`dpbench.data.stages.Lines`): a line every few seconds with the
