@@ -17,10 +17,10 @@ Violations (each a line: kind, task, relation, track, method, ε, and the number
   boundary of the space their trials drew from (:mod:`dpbench.board.boundary`: the end of an ordered numeric list,
   the outer 5% of a range), or at the top of the compute budget (``epochs``, ``steps``), significantly more often
   than a selection among near-tied trials would by chance (the Poisson-binomial upper tail of the selections'
-  chances, Holm-corrected across every such test of the board, α = 0.05), with the hyperparameters, ends and ε
-  named: the search lists, not the method, decide the cells. (One selection on an end says little: DP-SGD's adult
-  space puts 76% of uniform draws on some boundary, so a per-cell rule would list most cells of a board whose lists
-  do not bind.)
+  chances, Holm-corrected across every such test of the board that could hit, α = 0.05), with the hyperparameters,
+  ends and ε named: the search lists, not the method, decide the cells. (One selection on an end says little:
+  DP-SGD's adult space puts 76% of uniform draws on some boundary, so a per-cell rule would list most cells of a
+  board whose lists do not bind.)
 * ``infeasible-above-trivial``: a cell the grid declares infeasible (:mod:`dpbench.board.infeasible`) whose mean is
   significantly above the majority-class rate: the declaration is wrong. Declared cells are never reported
   ``collapsed`` or ``below-majority``: nothing was expected to learn there.
@@ -128,6 +128,7 @@ def _boundary_hits(tables: list[Table]) -> list[Violation]:
         tests.append((key, "at the top of the compute budget", [study.budget_high for _, study in selections],
                       [boundary.chance(study.space, boundary.BUDGET_KEYS, ("high",)) for _, study in selections],
                       selections))
+    tests = [test for test in tests if any(test[2]) or sum(test[3]) > 0]  # a test that cannot hit is no test
     pvalues = [boundary.upper_tail(sum(hit), chances) if any(hit) else 1.0 for _, _, hit, chances, _ in tests]
     found = []
     for (key, what, hit, chances, selections), p, adjusted in zip(tests, pvalues, holm(pvalues)):
