@@ -285,7 +285,7 @@ def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, 
     method_class = modules[0].method_class
     together = (method_class.batches_updates() and all(module.method_class is method_class for module in modules)
                 and not (method_class.private and method_class.count_release))
-    correlated = modules[0].correlated is not None
+    correlated = any(module.correlated is not None for module in modules)  # (a plugin's may depend on its hp)
     # the ledger, as the engine's training_step keeps it; counted here and set on the modules at the end (an
     # nn.Module's attribute assignment cost more than the step of a small model)
     releases, sampled, steps = [0] * len(modules), [0] * len(modules), [0] * len(modules)
@@ -303,7 +303,8 @@ def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, 
         def release_all(chosen: list[int], chosen_batches: list[torch.Tensor]):
             runs = [active[i] for i in chosen]
             at = torch.tensor(runs)
-            positions = [steps[r] % modules[r].steps_per_epoch for r in runs] if correlated else None
+            positions = [steps[r] % modules[r].steps_per_epoch if modules[r].correlated is not None else 0
+                         for r in runs] if correlated else None
             return _releases([modules[r] for r in runs], data, input_sq, chosen_batches, clips.index_select(0, at),
                              scales.index_select(0, at), whole, positions)
 
@@ -323,7 +324,9 @@ def train(modules: list[PrivateTraining], data: IndexedTensors, samplers: list, 
             for i in skipped if correlated else ():
                 # a step whose release the method skipped still draws z_t and forms w_t (PrivateTraining.training_step)
                 module = stepping[i]
-                module.correlated.apply_(module.draw_noise(module.params()), steps[active[i]] % module.steps_per_epoch)
+                if module.correlated is not None:
+                    module.correlated.apply_(module.draw_noise(module.params()),
+                                             steps[active[i]] % module.steps_per_epoch)
         for index in active:
             steps[index] += 1
     for module, released, drawn, taken in zip(modules, releases, sampled, steps):
