@@ -437,7 +437,8 @@ class SkipsOddSteps(METHODS["dpftrl"]):
 
 def test_a_skipped_release_forms_its_correlated_noise_in_a_batch_as_alone():
     """A step whose release the method skipped still draws z_t and forms w_t (the tree's node noise): batched as
-    alone, else every later release's noise is shifted."""
+    alone, else every later release's noise is shifted. The third run has independent noise (a plugin's correlation
+    may depend on its hyperparameters): it draws nothing for a skipped release, in the batch as alone."""
 
     def made(seed):
         hp, _ = resolve_hyperparameters(SkipsOddSteps, TASKS["digits"], {"epochs": 2, "batch_size": 256})
@@ -445,7 +446,7 @@ def test_a_skipped_release_forms_its_correlated_noise_in_a_batch_as_alone():
         data = task.prepare()
         steps_per_epoch = max(1, round(data.n_train / 256))
         module = PrivateTraining(task, SkipsOddSteps, hp, 1.0, 256, seed, steps_per_epoch=steps_per_epoch,
-                                 correlation=correlated.tree())
+                                 correlation=correlated.tree() if seed < 2 else None)
         return module, PoissonSampler(data.n_train, 256 / data.n_train, steps_per_epoch, 1, seed), data
 
     epochs = [1, 2, 3]  # the shorter runs drop out first: the later steps' runs are not the batch's first ones
