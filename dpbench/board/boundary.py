@@ -42,6 +42,7 @@ import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from dpbench.board.model import Cell, Column, Row, Table
@@ -120,6 +121,11 @@ def upper_tail(observed: int, chances: list[float]) -> float:
     return min(1.0, sum(distribution[observed:]))
 
 
+def tail(outcomes: list[tuple[bool, float]]) -> float:
+    """P(at least as many of ``outcomes`` (hit, its chance) hit by chance as did): :func:`upper_tail`."""
+    return upper_tail(sum(hit for hit, _ in outcomes), [p for _, p in outcomes])
+
+
 def hits(space: dict[str, Any], selected: dict[str, Any]) -> dict[str, str]:
     """{hyperparameter: "low" | "high"} of the ``selected`` values on a boundary of ``space``."""
     found = {}
@@ -144,14 +150,20 @@ class Study:
     space: dict[str, Any]
     selected: dict[str, Any]
 
-    @property
+    @cached_property
     def hits(self) -> dict[str, str]:
         return hits(self.space, self.selected)
 
-    @property
-    def budget_high(self) -> bool:
-        """The selection is at the top of its compute budget (``epochs`` or ``steps``)."""
-        return any(self.hits.get(name) == "high" for name in BUDGET_KEYS)
+    @cached_property
+    def outcome(self) -> tuple[bool, float]:
+        """(the selection lies on some boundary, the chance of that: :func:`chance` of its space)."""
+        return bool(self.hits), chance(self.space)
+
+    @cached_property
+    def budget_outcome(self) -> tuple[bool, float]:
+        """(the selection is at the top of its compute budget (``epochs`` or ``steps``), the chance of that)."""
+        return (any(self.hits.get(name) == "high" for name in BUDGET_KEYS),
+                chance(self.space, BUDGET_KEYS, ("high",)))
 
 
 def studies(cell: Cell) -> list[Study]:
@@ -238,18 +250,14 @@ class Rate:
     def chance(self) -> float:
         return self.chance_share / self.cells if self.cells else 0.0
 
-    @staticmethod
-    def _tail(outcomes: list[tuple[bool, float]]) -> float:
-        return upper_tail(sum(hit for hit, _ in outcomes), [p for _, p in outcomes])
-
     @property
     def p_value(self) -> float:
         """P(at least this many studies hit by chance)."""
-        return self._tail(self.outcomes)
+        return tail(self.outcomes)
 
     @property
     def budget_p_value(self) -> float:
-        return self._tail(self.budget)
+        return tail(self.budget)
 
     def add(self, cell: Cell) -> None:
         n, found = cell_hits(cell)
@@ -259,9 +267,9 @@ class Rate:
         for hit in found:
             self.by_end[hit.name, hit.end] += hit.count
         selections = studies(cell)
-        self.chance_share += sum(chance(study.space) for study in selections) / len(selections)
-        self.outcomes += [(bool(study.hits), chance(study.space)) for study in selections]
-        self.budget += [(study.budget_high, chance(study.space, BUDGET_KEYS, ("high",))) for study in selections]
+        self.outcomes += [study.outcome for study in selections]
+        self.budget += [study.budget_outcome for study in selections]
+        self.chance_share += sum(p for _, p in self.outcomes[-len(selections):]) / len(selections)
 
 
 def rates(tables: list[Table]) -> list[Rate]:

@@ -121,19 +121,18 @@ def _boundary_hits(tables: list[Table]) -> list[Violation]:
         epsilon = None if column.kind == "non-private" else column.epsilon
         key = (table.task, table.neighbouring, row.tuning, row.method)
         groups.setdefault(key, []).extend((epsilon, study) for study in boundary.studies(cell))
-    tests = []  # (key, what, hit per selection, chance per selection)
+    tests = []  # (key, what, (hit, chance) per selection, selections); a test that cannot hit is no test
     for key, selections in sorted(groups.items(), key=lambda item: str(item[0])):
-        tests.append((key, "on a boundary", [bool(study.hits) for _, study in selections],
-                      [boundary.chance(study.space) for _, study in selections], selections))
-        tests.append((key, "at the top of the compute budget", [study.budget_high for _, study in selections],
-                      [boundary.chance(study.space, boundary.BUDGET_KEYS, ("high",)) for _, study in selections],
-                      selections))
-    tests = [test for test in tests if any(test[2]) or sum(test[3]) > 0]  # a test that cannot hit is no test
-    pvalues = [boundary.upper_tail(sum(hit), chances) if any(hit) else 1.0 for _, _, hit, chances, _ in tests]
+        for what, outcomes in (("on a boundary", [study.outcome for _, study in selections]),
+                               ("at the top of the compute budget", [study.budget_outcome for _, study in selections])):
+            if any(hit or p > 0 for hit, p in outcomes):
+                tests.append((key, what, outcomes, selections))
+    pvalues = [boundary.tail(outcomes) for _, _, outcomes, _ in tests]
     found = []
-    for (key, what, hit, chances, selections), p, adjusted in zip(tests, pvalues, holm(pvalues)):
+    for (key, what, outcomes, selections), p, adjusted in zip(tests, pvalues, holm(pvalues)):
         if adjusted >= ALPHA:
             continue
+        hits, expected = sum(hit for hit, _ in outcomes), sum(chance for _, chance in outcomes)
         ends: dict[tuple[str, str], list[str]] = {}
         for epsilon, study in selections:
             for name, end in study.hits.items():
@@ -141,7 +140,7 @@ def _boundary_hits(tables: list[Table]) -> list[Violation]:
         named = "; ".join(f"{name} {end} at ε = {', '.join(sorted(set(at), key=lambda e: (e == 'non-private', e)))}"
                           for (name, end), at in sorted(ends.items(), key=lambda item: -len(item[1])))
         found.append(Violation("boundary-hit", *key, None,
-                               f"{sum(hit)} of {len(hit)} selections {what}, {sum(chances):.1f} expected by chance "
+                               f"{hits} of {len(outcomes)} selections {what}, {expected:.1f} expected by chance "
                                f"(P = {p:.2g}, Holm-adjusted {adjusted:.2g}): {named}"))
     return found
 

@@ -190,7 +190,8 @@ class PrivateTraining(pl.LightningModule):
         clip = self.method.next_clip()
         if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not MIN_CLIP <= clip <= MAX_CLIP:
             raise PrivacyCheckFailed(f"{self.method_class.name} set the clip norm of a release to {clip!r}: a clip norm "
-                                     f"must be a finite number of at least {MIN_CLIP} and at most float32's largest, {MAX_CLIP:.4g}")
+                                     f"must be a finite number of at least {MIN_CLIP} and at most float32's largest, "
+                                     f"{MAX_CLIP:.4g}")
         clip = float(clip)
         seen = self.clip_norms
         self.clip_norms = {"first": clip, "last": clip, "min": clip, "max": clip} if seen is None else \
