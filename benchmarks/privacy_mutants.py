@@ -80,6 +80,12 @@ MUTANTS = [
     Mutant("calibrate-half-steps", "calibration", "σ calibrated for half the planned releases",
            "dpbench/run/engine.py", "planned_releases = hp[\"epochs\"] * steps_per_epoch * per_step",
            "planned_releases = max(1, hp[\"epochs\"] * steps_per_epoch * per_step // 2)", first="tests/test_engine.py"),
+    Mutant("calibration-trusts-guess", "calibration", "σ is the central limit theorem's guess, not the PLD's answer "
+           "(the guess is below it at small ε)", "dpbench/privacy/accounting.py",
+           "    fine = lambda s: _make_accountant(accountant, neighbouring).compose(releases_with(s)).get_epsilon(delta)\n",
+           "    sigma = guess[0] if guess else sigma\n"
+           "    fine = lambda s: _make_accountant(accountant, neighbouring).compose(releases_with(s)).get_epsilon(delta)\n",
+           first="tests/test_privacy.py"),
     Mutant("relation-swapped", "calibration", "replace-one accounted as add/remove-one",
            "dpbench/privacy/accounting.py", '"replace-one": dp_accounting.NeighboringRelation.REPLACE_ONE}',
            '"replace-one": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE}', first="tests/test_privacy.py"),

@@ -4,6 +4,7 @@ import json
 import math
 
 import dp_accounting
+from dp_accounting import pld
 import numpy as np
 import pytest
 from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
@@ -69,13 +70,13 @@ def test_calibration_meets_the_target_tightly(target):
     (1.0, 40, "shuffle", "replace-one")])
 def test_unsampled_calibration_starts_from_the_exact_gaussian_and_finds_the_same_sigma(
         target, releases, sampler, neighbouring, monkeypatch):
-    """Full batches (and shuffled epochs) are bracketed by the analytic Gaussian; the bisection still decides σ, and
-    it is the σ the generic search from σ = 1 finds (within its tolerance), in a fraction of the time."""
+    """Full batches (and shuffled epochs) start from the analytic Gaussian; the bisection still decides σ, and it is
+    the σ the generic search from σ = 1 finds (within its tolerance), in a fraction of the time."""
     args = (target, 1e-9, 1.0, releases, "pld", sampler, 4 if sampler == "shuffle" else 1, (), neighbouring)
-    bracket = accounting._unsampled_bracket(target, 1e-9, 1.0, releases, sampler, args[6], neighbouring)
+    guess, step = accounting._sigma_guess(target, 1e-9, 1.0, releases, sampler, args[6], neighbouring)
     found = accounting._calibrate(*args)
-    assert bracket.endpoint_1 < found < bracket.endpoint_2
-    monkeypatch.setattr(accounting, "_unsampled_bracket", lambda *_: None)
+    assert step == 0.01 and guess * 0.9999 < found < guess * 1.01
+    monkeypatch.setattr(accounting, "_sigma_guess", lambda *_: None)
     assert found == pytest.approx(accounting._calibrate(*args), rel=2e-4)
     k = releases if sampler == "poisson" else releases // 4
     sensitivity = 2 if neighbouring == "replace-one" else 1
@@ -84,12 +85,44 @@ def test_unsampled_calibration_starts_from_the_exact_gaussian_and_finds_the_same
     assert analytic_gaussian_delta(target, sensitivity * math.sqrt(k) / (0.99 * found)) > 1e-9
 
 
-def test_a_wrong_analytic_bracket_falls_back_to_the_search(monkeypatch):
-    monkeypatch.setattr(accounting, "_unsampled_bracket",
-                        lambda *_: dp_accounting.ExplicitBracketInterval(1.0, 2.0))  # far below the answer
-    sigma = accounting._calibrate(1.0, 1e-9, 1.0, 100, "pld", "poisson", 1, (), "replace-one")
-    assert epsilon(1.0, sigma, 100, 1e-9, neighbouring="replace-one") <= 1.0
-    assert epsilon(1.0, 0.99 * sigma, 100, 1e-9, neighbouring="replace-one") > 1.0
+@pytest.mark.parametrize("target, sample_rate, releases", [
+    (1.0, 256 / 1617, 240), (0.1, 64 / 1617, 1000), (8.0, 1024 / 1617, 40), (0.5, 4096 / 36000, 90),
+    (8.0, 64 / 36000, 1680)])  # validation trials of digits and adult; the last is the CLT's worst guess (σ × 1.8)
+def test_subsampled_calibration_starts_near_the_answer_and_finds_the_searchs_sigma(
+        target, sample_rate, releases, monkeypatch):
+    """Poisson-subsampled releases start from the central limit theorem's σ: the σ found is the one the search from
+    σ = 1 finds, within its tolerance, and no PLD is composed at less than half of it (the search from σ = 1 composed
+    σ = 0 and 1 first: wide PLDs, most of its time)."""
+    composed = []
+
+    class Recorded(GaussianReleases):
+        def event(self):
+            composed.append(self.noise_multiplier)
+            return super().event()
+
+    args = (target, 1e-5, sample_rate, releases, "pld", "poisson", 1, (), "replace-one")
+    monkeypatch.setattr(accounting, "GaussianReleases", Recorded)
+    found = accounting._calibrate(*args)
+    assert min(composed) >= found / 2
+    composed.clear()
+    monkeypatch.setattr(accounting, "_sigma_guess", lambda *_: None)
+    assert min(composed + [accounting._calibrate(*args)]) < found / 2
+    assert abs(found - accounting._calibrate(*args)) <= 2e-4
+    assert epsilon(sample_rate, found, releases, 1e-5, neighbouring="replace-one") <= target
+
+
+@pytest.mark.parametrize("guess", [(5.0, 0.01), (1e4, 0.2), (1e30, 1e-4)])  # the answer is 18.3: below, far above,
+def test_a_wrong_guess_still_calibrates(guess, monkeypatch):                    # and not bracketed in 30 steps
+    monkeypatch.setattr(accounting, "_sigma_guess", lambda *_: guess)
+    sigma = accounting._calibrate(1.0, 1e-5, 256 / 1617, 240, "pld", "poisson", 1, (), "replace-one")
+    assert epsilon(256 / 1617, sigma, 240, 1e-5, neighbouring="replace-one") <= 1.0
+    assert epsilon(256 / 1617, 0.999 * sigma, 240, 1e-5, neighbouring="replace-one") > 1.0
+
+
+def test_a_bracket_not_found_in_thirty_steps_is_none():
+    assert accounting._bracket(lambda s: 1.0, 1.0, 0.01) is None  # ε above the target at every σ
+    bracket = accounting._bracket(lambda s: 10.0 - s, 1.0, 0.2)  # steps ×1.2, ×1.44, ×2, ×2, ×2
+    assert (bracket.endpoint_1, bracket.endpoint_2) == pytest.approx((1.2 * 1.44 * 4, 1.2 * 1.44 * 8))
 
 
 def test_no_noise_is_infinite_epsilon():
