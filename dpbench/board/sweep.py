@@ -21,9 +21,10 @@ every method treated alike:
   ε including the tuning (:mod:`dpbench.tuning.tune`); methods whose mechanism the tuning accountant cannot express
   (AMP's (ε, δ) theorem) and non-private ones are reported and skipped.
 
-Non-private methods run once per seed, not once per ε. A cell's runs train as one batched computation where
-:mod:`dpbench.run.multiseed` applies (seeds; a cell's trials; the trials of all its tuning seeds), with the records of
-separate runs. A stored record counts only if it has the identity a run would have now (settings, code, ledger version:
+Non-private methods run once per seed, not once per ε. The cells of one track, task and method at every ε are one
+job, whose runs train as one batched computation where :mod:`dpbench.run.multiseed` applies (the seeds of every ε;
+the trials of every ε, which share their configurations and seeds, then the final runs; the studies of every ε and
+tuning seed), with the records of separate runs. A stored record counts only if it has the identity a run would have now (settings, code, ledger version:
 :func:`dpbench.results.identity.identity`). Cells run in this process, on a Dask ``LocalCluster`` of ``--workers``
 processes, or on an existing Dask cluster (``--scheduler tcp://host:port``: dask-jobqueue on Slurm/PBS, dask-kubernetes,
 or ``dask scheduler`` and ``dask worker`` started by hand); the full-data methods, the longest jobs, start first.
@@ -206,23 +207,47 @@ def run_cell(cell: Cell) -> tuple[Cell, list[dict[str, Any]], str | None]:
     """Run one cell's pending seeds; returns (the cell, its records, the refusal if refused). Nothing is stored
     here: the caller (the sweep's client) stores the records, so that workers on other machines need no shared
     disk and a cell run twice (its worker died) is stored once."""
+    return run_job((cell,))[0]
+
+
+def run_job(job: tuple[Cell, ...]) -> list[tuple[Cell, list[dict[str, Any]], str | None]]:
+    """:func:`run_cell` for each cell of a job (:func:`jobs`: one track, task and method at several ε), their runs
+    trained together: the seeds of every ε (``none``), the trials and then the final runs of every ε
+    (``validation``: the same configurations and trial seeds at each ε), the studies of every ε and seed
+    (``random-stopping``). Records as cell by cell; a refusal that cannot be told apart by ε (raised while they
+    train together) runs the job's cells one by one."""
+    first = job[0]
     try:
-        if cell.track == REFERENCE_MODE:
-            return cell, [reference.run(cell.task, append_to_store=False)], None
-        if cell.track == "none":
-            spec = RunSpec(method=cell.method, task=cell.task, epsilon=cell.epsilon, neighbouring=cell.neighbouring,
-                           progress_bar=False, no_wandb=True, append_to_store=False)
-            try:
-                return cell, multiseed.run_seeds(spec, list(cell.seeds)), None
-            except multiseed.NotBatchable:
-                return cell, [engine.run(replace(spec, seed=seed)) for seed in cell.seeds], None
-        if cell.track == "validation":
-            return cell, validation.run_cell(cell.task, cell.method, cell.epsilon, list(cell.seeds),
-                                             validation.TrackSettings(cell.trials), cell.neighbouring,
-                                             append_to_store=False), None
-        return cell, tune.tune_together(_tune_specs(cell, cell.seeds)), None
+        if first.track == REFERENCE_MODE:
+            return [(first, [reference.run(first.task, append_to_store=False)], None)]
+        if first.track == "none":
+            specs = [RunSpec(method=cell.method, task=cell.task, epsilon=cell.epsilon, neighbouring=cell.neighbouring,
+                             seed=seed, progress_bar=False, no_wandb=True, append_to_store=False)
+                     for cell in job for seed in cell.seeds]
+            refusals: dict[int, UsageError] = {}
+            found = multiseed.run_many(specs, refusals=refusals)
+            outcomes, at = [], 0
+            for cell in job:
+                refused = [refusals[index] for index in range(at, at + len(cell.seeds)) if index in refusals]
+                outcomes.append((cell, [], str(refused[0])) if refused else (cell, found[at:at + len(cell.seeds)], None))
+                at += len(cell.seeds)
+            return outcomes
+        if first.track == "validation":
+            found = validation.run_cells(first.task, first.method, [(cell.epsilon, list(cell.seeds)) for cell in job],
+                                         validation.TrackSettings(first.trials), first.neighbouring,
+                                         append_to_store=False)
+            return [(cell, [], str(records)) if isinstance(records, UsageError) else (cell, records, None)
+                    for cell, records in zip(job, found)]
+        released = tune.tune_together([spec for cell in job for spec in _tune_specs(cell, cell.seeds)])
+        outcomes, at = [], 0
+        for cell in job:
+            outcomes.append((cell, released[at:at + len(cell.seeds)], None))
+            at += len(cell.seeds)
+        return outcomes
     except (UsageError, TuningError) as error:
-        return cell, [], str(error)
+        if len(job) > 1:
+            return [outcome for cell in job for outcome in run_job((cell,))]
+        return [(first, [], str(error))]
 
 
 # ---- the grid --------------------------------------------------------------------------------------------------
@@ -263,13 +288,27 @@ def pending(grid: dict[str, Any]) -> tuple[list[Cell], int, dict[Cell, str]]:
         if missing:
             todo.append(replace(cell, seeds=missing))
     methods = registry.methods()
-    jobs = []
+    ordered = []
     for cell in sorted(todo, key=lambda c: _cost(c, methods)):
         if cell.track == "none" and issubclass(methods[cell.method], ReleaseMethod):
-            jobs += [replace(cell, seeds=(seed,)) for seed in cell.seeds]  # never batched: one seed per job
+            ordered += [replace(cell, seeds=(seed,)) for seed in cell.seeds]  # never batched: one seed per job
         else:
-            jobs.append(cell)
-    return jobs, done, refused
+            ordered.append(cell)
+    return ordered, done, refused
+
+
+def jobs(cells_: list[Cell]) -> list[tuple[Cell, ...]]:
+    """The pending cells as the sweep's jobs, in their order: the cells of one track, task and method (at every ε)
+    form one job, whose runs train together (:func:`run_job`); a reference, and each seed of a release method's
+    untuned cell (never batched), is a job of its own."""
+    methods = registry.methods()
+    grouped: dict[tuple, list[Cell]] = {}
+    for cell in cells_:
+        alone = cell.track == REFERENCE_MODE or (cell.track == "none"
+                                                 and issubclass(methods[cell.method], ReleaseMethod))
+        key = (cell.track, cell.task, cell.method, cell.trials, cell.neighbouring) + ((cell,) if alone else ())
+        grouped.setdefault(key, []).append(cell)
+    return [tuple(group) for group in grouped.values()]
 
 
 class _WorkerSetup(WorkerPlugin):
@@ -363,7 +402,7 @@ def run_grid(grid: dict[str, Any], workers: int = 1, progress: bool = True, sche
         elif workers > 1:  # the local cluster starts (its workers importing dpbench) while the grid is planned
             starting = stack.enter_context(ThreadPoolExecutor(1)).submit(_local_cluster, workers, threads)
             stack.callback(_close_local, starting)
-        jobs, done, refused = pending(grid)
+        pending_cells, done, refused = pending(grid)
         counts = {"ran": 0, "already stored": done, "refused": sum(len(cell.seeds) for cell in refused)}
         reported: set[tuple[str, str, str]] = set()
 
@@ -374,19 +413,20 @@ def run_grid(grid: dict[str, Any], workers: int = 1, progress: bool = True, sche
 
         for cell, reason in refused.items():
             report(cell, reason)
+        grouped = jobs(pending_cells)
         if workers == 1 and not scheduler:
-            results = map(run_cell, jobs)
-        elif jobs:
+            results = map(run_job, grouped)
+        elif grouped:
             from distributed import as_completed
 
             client = client or starting.result()[1]
-            futures = [client.submit(run_cell, cell, pure=False) for cell in jobs]
+            futures = [client.submit(run_job, job, pure=False) for job in grouped]
             results = (future.result() for future in as_completed(futures))
         else:
             results = iter(())
-        bar = stack.enter_context(stages.bar(total=len(jobs), desc="sweep", unit="cell", disable=not progress,
+        bar = stack.enter_context(stages.bar(total=len(pending_cells), desc="sweep", unit="cell", disable=not progress,
                                              file=sys.stderr, dynamic_ncols=True))
-        for cell, finished, refusal in results:
+        for cell, finished, refusal in (outcome for outcomes in results for outcome in outcomes):
             bar.update(1)
             if refusal is not None:
                 report(cell, refusal)
