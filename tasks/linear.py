@@ -137,7 +137,7 @@ class Adult(LinearClassification):
     load_data = staticmethod(tabular.load_adult)
     profiles = {"yu2020": yu2020(0.1)}
     defaults = {"epochs": 20, "batch_size": 256, "steps": 200}
-    search_lists = {"epochs": [3, 5, 10, 20, 40], "batch_size": [64, 256, 1024, 4096], "steps": STEPS}
+    search_lists = {"epochs": [5, 10, 20, 40, 80], "batch_size": [64, 256, 1024, 4096], "steps": STEPS}
     method_defaults = {"nonprivate": nonprivate_defaults(classes), "autoclip": autoclip_defaults(classes)}
 
 
