@@ -107,8 +107,15 @@ MUTANTS = [
            '"selected_params": best.params, "trials_run": k, "study": study.study_name,', first="tests/test_tuning.py"),
     Mutant("tuning-reveals-batch", "tuning", "the release of studies tuned together says how many trials trained "
            "with it (the sum of their K)", "dpbench/tuning/released.py",
+           'TRIAL_ONLY_FIELDS = ("run_id", "created_at", "validation", "batched_seeds", "train_seconds", "clipping")',
+           'TRIAL_ONLY_FIELDS = ("run_id", "created_at", "validation", "train_seconds", "clipping")',
+           first="tests/test_tuning.py"),
+    Mutant("tuning-reveals-batched-or-alone", "tuning", "the release of studies tuned together says whether its "
+           "trial trained in their batch or alone (another trial's refusal sends them one by one)",
+           "dpbench/tuning/released.py",
+           'TRIAL_ONLY_FIELDS = ("run_id", "created_at", "validation", "batched_seeds", "train_seconds", "clipping")',
            'TRIAL_ONLY_FIELDS = ("run_id", "created_at", "validation", "batched_seeds", "train_seconds")',
-           'TRIAL_ONLY_FIELDS = ("run_id", "created_at", "validation", "train_seconds")', first="tests/test_tuning.py"),
+           first="tests/test_tuning.py"),
     Mutant("multiseed-noise", "batched seeds", "batched seeds add noise for twice the expected batch size",
            "dpbench/run/multiseed.py", "scales = torch.tensor([1 / module.expected_batch_size for module in modules]",
            "scales = torch.tensor([0.5 / module.expected_batch_size for module in modules]",

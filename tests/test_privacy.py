@@ -125,6 +125,14 @@ def test_a_bracket_not_found_in_thirty_steps_is_none():
     assert (bracket.endpoint_1, bracket.endpoint_2) == pytest.approx((1.2 * 1.44 * 4, 1.2 * 1.44 * 8))
 
 
+def test_a_delta_covering_every_participation_is_refused_before_any_search():
+    """With 1 − (1 − q)^T ≤ δ every σ > 0 meets any ε: the search walked σ down until memory ran out (3 GB after
+    238 s, found by review); it is refused at once."""
+    with pytest.raises(ValueError, match="chance that an example is sampled at all"):
+        accounting._calibrate(1.0, 0.5, 0.01, 1, "pld", "poisson", 1, (), "add-remove")
+    assert accounting._calibrate(1.0, 0.005, 0.01, 1, "pld", "poisson", 1, (), "add-remove") > 0  # δ below 1%
+
+
 def test_no_noise_is_infinite_epsilon():
     assert GaussianReleases(0.1, 0.0, 10).epsilon(1e-5) == math.inf
 

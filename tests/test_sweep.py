@@ -187,9 +187,9 @@ def test_seeds_may_be_given_per_task(tmp_path):
 
 
 def test_a_job_trains_every_epsilon_of_a_track_together_with_the_records_of_cell_by_cell(monkeypatch):
-    """The cells of one track, task and method are one job: the trials of both ε train as one batch (2 ε × 2
+    """The tuned cells of one track, task and method are one job: the trials of both ε train as one batch (2 ε × 2
     configurations × 2 trial seeds), then their final runs; the records are those of the cells run one by one (the
-    selections, accuracies and ε exactly). A release method's untuned cell stays one job per seed."""
+    selections, accuracies and ε exactly). An untuned cell is a job of its own (a release method's: one per seed)."""
     from dpbench.run import multiseed
 
     grid = {"tasks": ["breast_cancer"], "methods": ["dpsgd", "amp"], "epsilons": [0.5, 2.0], "seeds": 2,
@@ -199,16 +199,17 @@ def test_a_job_trains_every_epsilon_of_a_track_together_with_the_records_of_cell
     assert [(job[0].track, job[0].method, [(cell.epsilon, cell.seeds) for cell in job]) for job in grouped] == [
         ("validation", "amp", [(0.5, (0, 1)), (2.0, (0, 1))]),
         *[("none", "amp", [(epsilon, (seed,))]) for epsilon in (0.5, 2.0) for seed in (0, 1)],
-        ("validation", "dpsgd", [(0.5, (0, 1)), (2.0, (0, 1))]), ("none", "dpsgd", [(0.5, (0, 1)), (2.0, (0, 1))])]
+        ("validation", "dpsgd", [(0.5, (0, 1)), (2.0, (0, 1))]), ("none", "dpsgd", [(0.5, (0, 1))]),
+        ("none", "dpsgd", [(2.0, (0, 1))])]
     batches, run_batch = [], multiseed.run_batch
     monkeypatch.setattr(multiseed, "run_batch", lambda specs: batches.append(len(specs)) or run_batch(specs))
     together = {(cell.track, cell.epsilon, record["seed"]): record
-                for cell, records, _ in sweep.run_job(grouped[-2]) + sweep.run_job(grouped[-1]) for record in records}
-    assert batches == [8, 4, 4]
+                for job in grouped[-3:] for cell, records, _ in sweep.run_job(job) for record in records}
+    assert batches == [8, 4, 2, 2]
     alone = {(cell.track, cell.epsilon, record["seed"]): record
              for cell in pending if cell.method == "dpsgd" for _, records, _ in [sweep.run_cell(cell)]
              for record in records}
-    assert batches[3:] == [4, 2, 4, 2, 2, 2]
+    assert batches[4:] == [4, 2, 4, 2, 2, 2]
     assert together.keys() == alone.keys() and len(alone) == 8
     for key, record in alone.items():  # the test loss to float rounding: the batches' sums run in other orders
         assert together[key]["metrics"] == pytest.approx(record["metrics"], rel=1e-6, abs=0), key
@@ -220,7 +221,8 @@ def test_a_refusal_raised_while_a_job_trains_together_refuses_only_its_own_cell(
     from dpbench.errors import UsageError
     from dpbench.run import multiseed
 
-    grid = {"tasks": ["breast_cancer"], "methods": ["dpsgd"], "epsilons": [0.5, 2.0], "seeds": 1}
+    grid = {"tasks": ["breast_cancer"], "methods": ["dpsgd"], "epsilons": [0.5, 2.0], "seeds": 1,
+            "tracks": ["validation"], "trials": 2}
     [job] = sweep.jobs(sweep.pending(grid)[0])
     run_many = multiseed.run_many
 
@@ -233,3 +235,17 @@ def test_a_refusal_raised_while_a_job_trains_together_refuses_only_its_own_cell(
     [(low, low_records, low_refusal), (high, high_records, high_refusal)] = sweep.run_job(job)
     assert (low.epsilon, low_records, low_refusal) == (0.5, [], "planted refusal at ε = 0.5")
     assert (high.epsilon, high_refusal, [r["epsilon_target"] for r in high_records]) == (2.0, None, [2.0])
+
+
+def test_the_untuned_records_of_a_sweep_over_several_epsilons_rerun_exactly(tmp_path, capsys):
+    """``dpbench verify --rerun`` trains a batched record again with the seeds of its own cell: a job that batched
+    the seeds of every ε together made every such record refused as "trained in a batch of 4 seeds, of which the
+    file holds 2" (found by review)."""
+    grid = {"tasks": ["digits"], "methods": ["dpsgd"], "epsilons": [1.0, 8.0], "seeds": 2,
+            "neighbouring": "replace-one"}
+    assert run_grid(grid, progress=False) == {"ran": 4, "already stored": 0, "refused": 0}
+    assert {r["batched_seeds"] for r in store.load()} == {2}
+    out = tmp_path / "records.jsonl"
+    assert main(["leaderboard", "--format", "jsonl", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(out), "--rerun", "4"]) == 0, capsys.readouterr().out

@@ -337,8 +337,9 @@ def test_the_independence_check_fails_on_trials_sharing_one_coin(random_stopping
 
 def test_studies_tuned_together_release_nothing_of_their_batch(monkeypatch):
     """The leaderboard tunes a cell's five tuning seeds together (tune_together), their trials trained as one batch:
-    the selected trial's record said how many trials trained with it (the sum of the studies' K) and the batch's
-    time per run. The release keeps neither; it equals the release of the study tuned alone (with the same study
+    the selected trial's record said how many trials trained with it (the sum of the studies' K), the batch's
+    time per run, and whether it trained in the batch at all (``clipping``: "multiseed", or the engine's path when
+    another trial's refusal sent them one by one). The release keeps none of them; it equals the release of the study tuned alone (with the same study
     secret), but for that."""
     secrets = iter([11, 12, 13, 11])  # the studies' secrets, in the order they are created
     monkeypatch.setattr(streams, "secret_seed", lambda: next(secrets))
@@ -352,7 +353,7 @@ def test_studies_tuned_together_release_nothing_of_their_batch(monkeypatch):
     ks = [study_of(record).user_attrs["k"] for record in together]
     assert sum(ks) > 1
     for record in together:
-        assert "batched_seeds" not in record and record["train_seconds"] is None
+        assert "batched_seeds" not in record and "clipping" not in record and record["train_seconds"] is None
     [alone] = tune.tune_together(specs((0,)))
     differs = {key for key in alone if key not in ("run_id", "created_at", "tuning") and alone[key] != together[0][key]}
     assert not differs or differs <= {"metrics"}, differs  # float rounding of a batch of another size at most

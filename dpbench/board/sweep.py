@@ -21,10 +21,11 @@ every method treated alike:
   ε including the tuning (:mod:`dpbench.tuning.tune`); methods whose mechanism the tuning accountant cannot express
   (AMP's (ε, δ) theorem) and non-private ones are reported and skipped.
 
-Non-private methods run once per seed, not once per ε. The cells of one track, task and method at every ε are one
-job, whose runs train as one batched computation where :mod:`dpbench.run.multiseed` applies (the seeds of every ε;
-the trials of every ε, which share their configurations and seeds, then the final runs; the studies of every ε and
-tuning seed), with the records of separate runs. A stored record counts only if it has the identity a run would have now (settings, code, ledger version:
+Non-private methods run once per seed, not once per ε. The tuned cells of one track, task and method at every ε are
+one job, whose runs train as one batched computation where :mod:`dpbench.run.multiseed` applies (the trials of every
+ε, which share their configurations and seeds, then the final runs; the studies of every ε and tuning seed); an
+untuned cell's seeds train as one batch of their own (``dpbench verify --rerun`` trains them again so). The records
+are those of separate runs. A stored record counts only if it has the identity a run would have now (settings, code, ledger version:
 :func:`dpbench.results.identity.identity`). Cells run in this process, on a Dask ``LocalCluster`` of ``--workers``
 processes, or on an existing Dask cluster (``--scheduler tcp://host:port``: dask-jobqueue on Slurm/PBS, dask-kubernetes,
 or ``dask scheduler`` and ``dask worker`` started by hand); the full-data methods, the longest jobs, start first.
@@ -212,25 +213,23 @@ def run_cell(cell: Cell) -> tuple[Cell, list[dict[str, Any]], str | None]:
 
 def run_job(job: tuple[Cell, ...]) -> list[tuple[Cell, list[dict[str, Any]], str | None]]:
     """:func:`run_cell` for each cell of a job (:func:`jobs`: one track, task and method at several ε), their runs
-    trained together: the seeds of every ε (``none``), the trials and then the final runs of every ε
-    (``validation``: the same configurations and trial seeds at each ε), the studies of every ε and seed
-    (``random-stopping``). Records as cell by cell; a refusal that cannot be told apart by ε (raised while they
+    trained together: the trials and then the final runs of every ε (``validation``: the same configurations and
+    trial seeds at each ε), the studies of every ε and seed (``random-stopping``); an untuned cell's seeds train
+    together, each cell apart. Records as cell by cell; a refusal that cannot be told apart by ε (raised while they
     train together) runs the job's cells one by one."""
     first = job[0]
     try:
         if first.track == REFERENCE_MODE:
             return [(first, [reference.run(first.task, append_to_store=False)], None)]
         if first.track == "none":
-            specs = [RunSpec(method=cell.method, task=cell.task, epsilon=cell.epsilon, neighbouring=cell.neighbouring,
-                             seed=seed, progress_bar=False, no_wandb=True, append_to_store=False)
-                     for cell in job for seed in cell.seeds]
-            refusals: dict[int, UsageError] = {}
-            found = multiseed.run_many(specs, refusals=refusals)
-            outcomes, at = [], 0
+            outcomes = []
             for cell in job:
-                refused = [refusals[index] for index in range(at, at + len(cell.seeds)) if index in refusals]
-                outcomes.append((cell, [], str(refused[0])) if refused else (cell, found[at:at + len(cell.seeds)], None))
-                at += len(cell.seeds)
+                specs = [RunSpec(method=cell.method, task=cell.task, epsilon=cell.epsilon, seed=seed,
+                                 neighbouring=cell.neighbouring, progress_bar=False, no_wandb=True,
+                                 append_to_store=False) for seed in cell.seeds]
+                refusals: dict[int, UsageError] = {}
+                found = multiseed.run_many(specs, refusals=refusals)
+                outcomes.append((cell, [], str(next(iter(refusals.values())))) if refusals else (cell, found, None))
             return outcomes
         if first.track == "validation":
             found = validation.run_cells(first.task, first.method, [(cell.epsilon, list(cell.seeds)) for cell in job],
@@ -298,14 +297,12 @@ def pending(grid: dict[str, Any]) -> tuple[list[Cell], int, dict[Cell, str]]:
 
 
 def jobs(cells_: list[Cell]) -> list[tuple[Cell, ...]]:
-    """The pending cells as the sweep's jobs, in their order: the cells of one track, task and method (at every ε)
-    form one job, whose runs train together (:func:`run_job`); a reference, and each seed of a release method's
-    untuned cell (never batched), is a job of its own."""
-    methods = registry.methods()
+    """The pending cells as the sweep's jobs, in their order: the tuned cells of one track, task and method (at every
+    ε) form one job, whose runs train together (:func:`run_job`); a reference and an untuned cell (whose records
+    ``dpbench verify --rerun`` trains again with their own cell's seeds) are jobs of their own."""
     grouped: dict[tuple, list[Cell]] = {}
     for cell in cells_:
-        alone = cell.track == REFERENCE_MODE or (cell.track == "none"
-                                                 and issubclass(methods[cell.method], ReleaseMethod))
+        alone = cell.track in (REFERENCE_MODE, "none")
         key = (cell.track, cell.task, cell.method, cell.trials, cell.neighbouring) + ((cell,) if alone else ())
         grouped.setdefault(key, []).append(cell)
     return [tuple(group) for group in grouped.values()]

@@ -416,6 +416,11 @@ def _bracket(gap: Callable[[float], float], guess: float, step: float) -> dp_acc
 
 def _calibrate(target_epsilon, delta, sample_rate, releases, accountant, sampler, releases_per_epoch, preceded_by,
                neighbouring, bands=0, tree=False) -> float:
+    if sampler == "poisson" and sample_rate < 1 and -math.expm1(releases * math.log1p(-sample_rate)) <= delta:
+        # ε is 0 at every σ > 0: no smallest σ exists, and the search walked σ down until memory ran out
+        raise ValueError(f"δ = {delta:g} is at least the chance that an example is sampled at all "
+                         f"(1 − (1 − q)^T with q = {sample_rate:g}, T = {releases}): every σ meets the target; "
+                         f"choose a smaller δ")
     if preceded_by:
         spent_before = _spent(accountant, neighbouring, dp_accounting.ComposedDpEvent(list(preceded_by)), delta)
         if spent_before >= target_epsilon:

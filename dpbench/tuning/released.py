@@ -25,9 +25,10 @@ def tuning_config(plan_: Plan) -> dict[str, Any]:
             "split_seed": spec.split_seed, "overrides": spec.overrides, "neighbouring": spec.neighbouring}
 
 
-#: Fields of the selected trial's record that are not released: they depend on the other trials (how many trained
-#: in one batch with it, the batch's time per run) or are the trial's own (its time stamp, hash, exact score).
-TRIAL_ONLY_FIELDS = ("run_id", "created_at", "validation", "batched_seeds", "train_seconds")
+#: Fields of the selected trial's record that are not released: they depend on the other trials (whether it trained
+#: in one batch with them, ``clipping`` "multiseed", or alone after another was refused; how many; the batch's time
+#: per run) or are the trial's own (its time stamp, hash, exact score).
+TRIAL_ONLY_FIELDS = ("run_id", "created_at", "validation", "batched_seeds", "train_seconds", "clipping")
 
 #: The keys of a released record's ``tuning``: nothing that depends on K or on the trials not selected.
 PUBLIC_TUNING_FIELDS = frozenset({"config", "study_id",
