@@ -86,6 +86,10 @@ MUTANTS = [
            "    sigma = guess[0] if guess else sigma\n"
            "    fine = lambda s: _make_accountant(accountant, neighbouring).compose(releases_with(s)).get_epsilon(delta)\n",
            first="tests/test_privacy.py"),
+    Mutant("verify-rdp-cache-ignores-relation", "verify", "verify's RDP curves are cached without their relation: "
+           "a replace-one trial is checked against its add/remove curve", "dpbench/trust/recompute.py",
+           "    key = (repr(event), tuple(float(a) for a in orders), relation)",
+           "    key = (repr(event), tuple(float(a) for a in orders))", first="tests/test_verify.py"),
     Mutant("relation-swapped", "calibration", "replace-one accounted as add/remove-one",
            "dpbench/privacy/accounting.py", '"replace-one": dp_accounting.NeighboringRelation.REPLACE_ONE}',
            '"replace-one": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE}', first="tests/test_privacy.py"),

@@ -516,3 +516,30 @@ def test_a_rerun_compares_which_code_ran(tmp_path, genuine):
     _, problems = verify.verify(write(tmp_path, relabelled), rerun_count=1)
     assert problems == [f"{relabelled['run_id']} (dpsgd on digits, seed 0): the rerun differs in code.method.external "
                         f"False (recorded True)"]
+
+
+def test_an_rdp_curve_shared_by_records_is_computed_once_and_handed_out_as_a_copy(monkeypatch):
+    """The tuning seeds of a random-stopping cell share their trial mechanism: verify computes its RDP curve once."""
+    import dp_accounting
+    import numpy as np
+
+    from dpbench.trust import recompute
+
+    calls = []
+    compute = recompute._compute_rdp
+    monkeypatch.setattr(recompute, "_compute_rdp", lambda *args: calls.append(args) or compute(*args))
+    event = dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(0.0123, dp_accounting.GaussianDpEvent(1.37)), 321)
+    orders = np.array([2.0, 8.0, 32.0])
+    first = recompute._rdp(event, orders, "replace-one")
+    computed = len(calls)  # replace-one, and the add/remove curve at the doubled orders it reads
+    first[:] = -1.0  # a caller's change does not reach the next caller
+    second = recompute._rdp(event, orders, "replace-one")
+    assert computed == len(calls) == 2 and (second > 0).all()
+    assert second == pytest.approx(compute(event, orders, "replace-one"), rel=0, abs=0)
+    # each of (event, orders, relation) has a curve of its own: add/remove is below replace-one; other orders, σ
+    assert (recompute._rdp(event, orders, "add-remove") < second).all()
+    assert (recompute._rdp(event, orders[:2], "replace-one") == second[:2]).all()
+    other = dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(0.0123, dp_accounting.GaussianDpEvent(2.74)), 321)
+    assert (recompute._rdp(other, orders, "replace-one") < second).all()
