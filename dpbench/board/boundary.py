@@ -267,9 +267,10 @@ class Rate:
         for hit in found:
             self.by_end[hit.name, hit.end] += hit.count
         selections = studies(cell)
-        self.outcomes += [study.outcome for study in selections]
+        outcomes = [study.outcome for study in selections]
+        self.outcomes += outcomes
         self.budget += [study.budget_outcome for study in selections]
-        self.chance_share += sum(p for _, p in self.outcomes[-len(selections):]) / len(selections)
+        self.chance_share += sum(p for _, p in outcomes) / len(selections)
 
 
 def rates(tables: list[Table]) -> list[Rate]:
