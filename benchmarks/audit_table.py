@@ -1,5 +1,6 @@
 """The audit table of docs/auditing.md: the one-run audit (``dpbench audit``) of every built-in gradient
-method (issue 34's four included) at ε = 1 on adult and digits with the tasks' default hyperparameters, and the planted defects.
+method (issue 34's four included) at ε = 1 on adult and digits with the tasks' default hyperparameters, and the
+planted defects.
 
     DPBENCH_MIRROR=../shared/data OMP_NUM_THREADS=1 python benchmarks/audit_table.py [--canaries 1000] [--seed 0]
 

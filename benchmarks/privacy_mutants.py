@@ -90,6 +90,10 @@ MUTANTS = [
            "a replace-one trial is checked against its add/remove curve", "dpbench/trust/recompute.py",
            "    key = (repr(event), tuple(float(a) for a in orders), relation)",
            "    key = (repr(event), tuple(float(a) for a in orders))", first="tests/test_verify.py"),
+    Mutant("verify-spread-claims-cover", "verify", "verify's numerical-error spread reports the shortfall covered "
+           "after its first variant, whatever the variants say: a record claiming less ε than it spent passes",
+           "dpbench/trust/recompute.py", "            if max(values) - min(values) > beyond:\n                break",
+           "            if beyond < math.inf:\n                return 2 * beyond", first="tests/test_verify.py"),
     Mutant("relation-swapped", "calibration", "replace-one accounted as add/remove-one",
            "dpbench/privacy/accounting.py", '"replace-one": dp_accounting.NeighboringRelation.REPLACE_ONE}',
            '"replace-one": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE}', first="tests/test_privacy.py"),

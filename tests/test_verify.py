@@ -543,3 +543,23 @@ def test_an_rdp_curve_shared_by_records_is_computed_once_and_handed_out_as_a_cop
     other = dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(0.0123, dp_accounting.GaussianDpEvent(2.74)), 321)
     assert (recompute._rdp(other, orders, "replace-one") < second).all()
+
+
+def test_the_spread_stops_once_it_covers_the_shortfall_with_the_same_verdict(monkeypatch):
+    """The accountant's error is computed variant by variant only until it exceeds how far the record is below the
+    recomputation (a spread only grows, so the verdict is the full spread's): a shortfall at rounding level costs
+    one PLD on the coarser grid, not seven; one just beyond the full spread still computes all and is refused."""
+    record = board_record()
+    event = plan_checks._run_event(record)
+    full = recompute._error(event, record["delta"], "pld", "replace-one")()
+    here = recompute._epsilon(event, record["delta"], "pld", "replace-one")
+    computed = []
+    compute = recompute._compute_epsilon
+    monkeypatch.setattr(recompute, "_EPSILONS", {})
+    monkeypatch.setattr(recompute, "_compute_epsilon", lambda *args: computed.append(args) or compute(*args))
+    assert record_checks.check(forged(record, epsilon=lambda _: here * (1 - 1e-7))) == []
+    assert len(computed) == 2  # the recomputation and the grid of twice the interval
+    computed.clear()
+    monkeypatch.setattr(recompute, "_EPSILONS", {})
+    assert record_checks.check(forged(record, epsilon=lambda _: here - 1.01 * full))[0].startswith("epsilon is")
+    assert len(computed) == 7
