@@ -1,0 +1,51 @@
+"""Carry an unfinished rebuild of the board from one machine to the next: ``save`` writes every record of the store
+(``$DPBENCH_HOME``) to ``leaderboards/rebuild/records.jsonl.gz``; ``load`` puts them back into a store, where
+``dpbench sweep grid.json`` skips them and runs only what is missing.
+
+    DPBENCH_HOME=/path/to/store python leaderboards/checkpoint.py save|load
+
+The store holds what the board publishes and nothing else: finished runs' records, each sealed by its run id (the
+hash of its content). A random-stopping study's secret (its K and trial draws) lives in the study storage, never
+in a record, and is not saved: a study cut short is run again from the start with fresh coins. ``load`` refuses a
+file holding a record whose run id is not its content's hash.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+from dpbench.results import store
+
+CHECKPOINT = Path(__file__).resolve().parent / "rebuild" / "records.jsonl.gz"
+
+
+def save() -> int:
+    records = store.load(kind=None)
+    CHECKPOINT.parent.mkdir(exist_ok=True)
+    with gzip.open(CHECKPOINT, "wt", encoding="utf-8") as out:
+        out.writelines(json.dumps(record, sort_keys=True) + "\n" for record in records)
+    print(f"{len(records)} records from {store.describe()} to {CHECKPOINT}")
+    return 0
+
+
+def load() -> int:
+    with gzip.open(CHECKPOINT, "rt", encoding="utf-8") as found:
+        records = [json.loads(line) for line in found]
+    forged = [record.get("run_id") for record in records if store.content_id(record) != record.get("run_id")]
+    if forged:
+        print(f"checkpoint: {len(forged)} records whose run id is not their content's hash (first {forged[0]}): "
+              "nothing loaded", file=sys.stderr)
+        return 2
+    for record in records:
+        store.append(record)
+    print(f"{len(records)} records from {CHECKPOINT} into {store.describe()}")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] not in (["save"], ["load"]):
+        print("usage: python leaderboards/checkpoint.py save|load", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(save() if sys.argv[1] == "save" else load())

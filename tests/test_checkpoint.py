@@ -1,0 +1,42 @@
+"""``leaderboards/checkpoint.py``: an unfinished rebuild's records carried to another store, and a forged one
+refused."""
+import gzip
+import json
+import runpy
+from pathlib import Path
+
+from dpbench.results import store
+from tests.test_leaderboard import add_run
+
+SCRIPT = Path(__file__).resolve().parents[1] / "leaderboards" / "checkpoint.py"
+
+
+def checkpoint(tmp_path):
+    module = runpy.run_path(str(SCRIPT))
+    module["save"].__globals__["CHECKPOINT"] = tmp_path / "rebuild" / "records.jsonl.gz"
+    return module
+
+
+def test_saved_records_load_into_an_empty_store_unchanged(tmp_path, monkeypatch):
+    saved = [add_run(0.8), add_run(0.7, seed=1)]
+    module = checkpoint(tmp_path)
+    assert module["save"]() == 0
+    monkeypatch.setenv("DPBENCH_HOME", str(tmp_path / "elsewhere"))
+    assert store.load() == []
+    assert module["load"]() == 0
+    assert store.load() == saved
+
+
+def test_a_record_whose_run_id_is_not_its_hash_loads_nothing(tmp_path, monkeypatch, capsys):
+    add_run(0.8)
+    module = checkpoint(tmp_path)
+    module["save"]()
+    path = module["save"].__globals__["CHECKPOINT"]
+    [record] = [json.loads(line) for line in gzip.open(path, "rt")]
+    record["epsilon"] = 0.5  # edited after it was sealed
+    with gzip.open(path, "wt") as out:
+        out.write(json.dumps(record) + "\n")
+    monkeypatch.setenv("DPBENCH_HOME", str(tmp_path / "elsewhere"))
+    assert module["load"]() == 2
+    assert "run id is not their content's hash" in capsys.readouterr().err
+    assert store.load() == []
