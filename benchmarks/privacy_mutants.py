@@ -94,6 +94,12 @@ MUTANTS = [
            "after its first variant, whatever the variants say: a record claiming less ε than it spent passes",
            "dpbench/trust/recompute.py", "            if max(values) - min(values) > beyond:\n                break",
            "            if beyond < math.inf:\n                return 2 * beyond", first="tests/test_verify.py"),
+    Mutant("verify-accepts-infinite-epsilon", "verify", "a mechanism with no finite ε at the record's δ (δ = 0, "
+           "a non-private data release) passes whatever ε the record states", "dpbench/trust/recompute.py",
+           "    if not math.isfinite(spent):\n", "    if False:\n", first="tests/test_verify.py"),
+    Mutant("verify-accepts-nan-epsilon", "verify", "a recorded ε of NaN passes (every comparison with NaN is false)",
+           "dpbench/trust/recompute.py", " or isinstance(recorded, bool) or math.isnan(recorded):",
+           " or isinstance(recorded, bool):", first="tests/test_verify.py"),
     Mutant("relation-swapped", "calibration", "replace-one accounted as add/remove-one",
            "dpbench/privacy/accounting.py", '"replace-one": dp_accounting.NeighboringRelation.REPLACE_ONE}',
            '"replace-one": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE}', first="tests/test_privacy.py"),

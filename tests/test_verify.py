@@ -563,3 +563,21 @@ def test_the_spread_stops_once_it_covers_the_shortfall_with_the_same_verdict(mon
     monkeypatch.setattr(recompute, "_EPSILONS", {})
     assert record_checks.check(forged(record, epsilon=lambda _: here - 1.01 * full))[0].startswith("epsilon is")
     assert len(computed) == 7
+
+
+@pytest.mark.parametrize("kind, changes", [
+    ("dpsgd", {"delta": lambda _: 0.0}),  # no finite ε at δ = 0: ∞ − ∞ made the spread NaN, and NaN compares false
+    ("dpsgd", {"delta": lambda _: 1e-30}),  # below the PLD's tail truncation
+    ("rdp", {"delta": lambda _: 0.0}),  # RDP: its error at ε = ∞ was ∞, and ∞ > ∞ is false
+    ("tuned random-stopping", {"delta": lambda _: 0.0}),
+    ("data release", {"data_release_events": lambda _: [{"class_name": "NonPrivateDpEvent"}]}),
+])
+def test_a_mechanism_with_no_finite_epsilon_at_its_delta_proves_nothing(tmp_path, genuine, kind, changes):
+    """Found by the hostile review of 26 November: each of these passed verify with the record's ε unchanged."""
+    [problem] = problems_of(tmp_path, forged(genuine[0][kind], **changes))
+    assert "no finite ε at this δ" in problem
+
+
+def test_a_recorded_epsilon_that_is_not_a_number_fails(tmp_path, genuine):
+    [problem] = problems_of(tmp_path, forged(genuine[0]["dpsgd"], epsilon=lambda _: math.nan))
+    assert problem.startswith("epsilon is nan, recomputed")

@@ -30,7 +30,7 @@ class Mismatch(Exception):
 
 
 def _number(recorded: Any, recomputed: float, what: str) -> None:
-    if not isinstance(recorded, (int, float)) or isinstance(recorded, bool):
+    if not isinstance(recorded, (int, float)) or isinstance(recorded, bool) or math.isnan(recorded):
         raise Mismatch(f"{what} is {recorded!r}, recomputed {recomputed:.10g}")
 
 
@@ -45,8 +45,12 @@ Error = Callable[..., float]  # error(beyond=inf): the accountant's numerical er
 
 def _at_least(spent: float, recorded: Any, what: str, error: Error) -> None:
     """One-sided: a record may state more ε than recomputed, never less by more than the accountant's ``error``
-    (computed only when it is below, and only until it covers the shortfall: the verdict is the same)."""
+    (computed only when it is below, and only until it covers the shortfall: the verdict is the same). A mechanism
+    with no finite ε at the record's δ (δ = 0, a δ below the PLD's tail, a non-private event) proves nothing: refused,
+    whatever the record states (∞ − ∞ is NaN, and every comparison with NaN is false)."""
     _number(recorded, spent, what)
+    if not math.isfinite(spent):
+        raise Mismatch(f"{what} is {recorded!r}, but the mechanism has no finite ε at this δ (recomputed {spent})")
     if recorded < spent and spent - recorded > error(beyond=spent - recorded):
         raise Mismatch(f"{what} is {recorded!r}, recomputed {spent:.10g} (less by more than the accountant's "
                        f"numerical error {error():.3g})")
@@ -130,7 +134,7 @@ def _scaled(event: dp_accounting.DpEvent, factor: float) -> dp_accounting.DpEven
     return event
 
 
-def _error(event: dp_accounting.DpEvent, delta: float, accountant: str, relation: str) -> Callable[[], float]:
+def _error(event: dp_accounting.DpEvent, delta: float, accountant: str, relation: str) -> Error:
     """The accountant's numerical error on ε for ``event``, for :func:`_at_least`: the spread (max − min) of the
     PLD's ε over its discretization interval Δ (``value_discretization_interval``, :data:`PLD_INTERVAL`) at
     Δ/2, Δ, 2Δ and Δ(1 ± 10⁻⁶), and over the noise scales perturbed by ±10⁻¹² relative.
@@ -146,7 +150,7 @@ def _error(event: dp_accounting.DpEvent, delta: float, accountant: str, relation
     accountant: :func:`_rdp_error`."""
     if accountant != "pld":
         return _rdp_error(_epsilon(event, delta, accountant, relation))
-    variants = [lambda: _epsilon(event, delta, "pld", relation)]  # the coarsest grid first: cheapest, moves ε most
+    variants = [lambda: _epsilon(event, delta, "pld", relation)]  # the recomputation (cached), then the coarser grid
     variants += [lambda f=f: _epsilon(event, delta, "pld", relation, PLD_INTERVAL * f) for f in (2, 0.5, 1 - 1e-6,
                                                                                                   1 + 1e-6)]
     variants += [lambda f=f: _epsilon(_scaled(event, f), delta, "pld", relation) for f in (1 - 1e-12, 1 + 1e-12)]

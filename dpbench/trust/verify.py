@@ -8,7 +8,8 @@ For every record (one JSON object per line):
 * ε, recomputed from the record's mechanism fields with dp-accounting directly (the events are built by
   :mod:`dpbench.trust.recompute`, not by ``dpbench.privacy.accounting``), and compared one-sidedly with the
   record's: a record may state more ε than recomputed, never less by more than the accountant's numerical error
-  (:func:`~dpbench.trust.recompute._error`: for the PLD, |ε(Δ) − ε(Δ/2)|; for closed forms, relative
+  (:func:`~dpbench.trust.recompute._error`: for the PLD, the spread of ε over discretization intervals Δ/2 … 2Δ
+  and σ(1 ± 10⁻¹²); for closed forms, relative
   :data:`~dpbench.trust.recompute.TOLERANCE`), so that the verdict is the same on every machine:
 
   - gradient runs: the counts come from the record's public plan (:func:`~dpbench.trust.plan_checks._plan`: n,
