@@ -4,10 +4,13 @@
 
     DPBENCH_HOME=/path/to/store python leaderboards/checkpoint.py save|load
 
-The store holds what the board publishes and nothing else: finished runs' records, each sealed by its run id (the
-hash of its content). A random-stopping study's secret (its K and trial draws) lives in the study storage, never
-in a record, and is not saved: a study cut short is run again from the start with fresh coins. ``load`` refuses a
-file holding a record whose run id is not its content's hash.
+What is saved is what the board publishes: the store's training-run records (no audit or federated records),
+each sealed by its run id (the hash of its content). A random-stopping study's secret (its K and trial draws) lives
+in the study storage, never in a record, and is not saved: a study cut short is run again from the start with fresh
+coins. ``load`` checks the whole file before it stores anything and refuses it (exit 2, nothing stored) if a line
+is not a record or a record's run id is not its content's hash. The hash is not a signature: anyone can reseal an
+edited record. What catches a forged ε is ``dpbench verify`` on the finished board (``leaderboards/results.jsonl``,
+also a test); a forged metric only ``verify --rerun`` does, as for any file of records.
 """
 from __future__ import annotations
 
@@ -21,8 +24,14 @@ from dpbench.results import store
 CHECKPOINT = Path(__file__).resolve().parent / "rebuild" / "records.jsonl.gz"
 
 
+REQUIRED = ("run_id", "task", "method", "data_id", "created_at")
+
+
 def save() -> int:
-    records = store.load(kind=None)
+    records = store.load()
+    if not records:  # a wrong DPBENCH_HOME would otherwise overwrite the checkpoint with nothing
+        print(f"checkpoint: {store.describe()} holds no runs: nothing saved", file=sys.stderr)
+        return 2
     CHECKPOINT.parent.mkdir(exist_ok=True)
     with gzip.open(CHECKPOINT, "wt", encoding="utf-8") as out:
         out.writelines(json.dumps(record, sort_keys=True) + "\n" for record in records)
@@ -31,9 +40,18 @@ def save() -> int:
 
 
 def load() -> int:
+    if not CHECKPOINT.exists():
+        print(f"checkpoint: no {CHECKPOINT}: nothing loaded", file=sys.stderr)
+        return 2
     with gzip.open(CHECKPOINT, "rt", encoding="utf-8") as found:
         records = [json.loads(line) for line in found]
-    forged = [record.get("run_id") for record in records if store.content_id(record) != record.get("run_id")]
+    malformed = [number for number, record in enumerate(records, 1)
+                 if not isinstance(record, dict) or any(key not in record for key in REQUIRED)]
+    if malformed:
+        print(f"checkpoint: {len(malformed)} lines that are not records (first line {malformed[0]}): nothing loaded",
+              file=sys.stderr)
+        return 2
+    forged = [record["run_id"] for record in records if store.content_id(record) != record["run_id"]]
     if forged:
         print(f"checkpoint: {len(forged)} records whose run id is not their content's hash (first {forged[0]}): "
               "nothing loaded", file=sys.stderr)

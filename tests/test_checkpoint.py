@@ -5,6 +5,8 @@ import json
 import runpy
 from pathlib import Path
 
+import pytest
+
 from dpbench.results import store
 from tests.test_leaderboard import add_run
 
@@ -40,3 +42,28 @@ def test_a_record_whose_run_id_is_not_its_hash_loads_nothing(tmp_path, monkeypat
     assert module["load"]() == 2
     assert "run id is not their content's hash" in capsys.readouterr().err
     assert store.load() == []
+
+
+@pytest.mark.parametrize("line", ['"a string"', '{"run_id": "x"}'])
+def test_a_line_that_is_not_a_record_loads_nothing_not_even_the_records_before_it(tmp_path, monkeypatch, capsys, line):
+    add_run(0.8)
+    module = checkpoint(tmp_path)
+    module["save"]()
+    path = module["save"].__globals__["CHECKPOINT"]
+    with gzip.open(path, "at") as out:
+        out.write(line + "\n")
+    monkeypatch.setenv("DPBENCH_HOME", str(tmp_path / "elsewhere"))
+    assert module["load"]() == 2
+    assert "1 lines that are not records (first line 2)" in capsys.readouterr().err
+    assert store.load() == []
+
+
+def test_an_empty_store_does_not_overwrite_the_checkpoint(tmp_path, monkeypatch):
+    add_run(0.8)
+    module = checkpoint(tmp_path)
+    module["save"]()
+    path = module["save"].__globals__["CHECKPOINT"]
+    before = path.read_bytes()
+    monkeypatch.setenv("DPBENCH_HOME", str(tmp_path / "elsewhere"))
+    assert module["save"]() == 2
+    assert path.read_bytes() == before
