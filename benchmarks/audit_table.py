@@ -42,7 +42,8 @@ def planted(defect: str | None):
         if defect == "noise σ/10":
             method.GradientMechanism.mean_noise_std = property(lambda self: saved[0].fget(self) / 10)
         elif defect == "clipping off":
-            ghost.clip_factors = clipping.clip_factors = lambda norms, max_norm, scale=1.0: torch.full_like(norms, scale)
+            ghost.clip_factors = clipping.clip_factors = lambda norms, max_norm, scale=1.0, gamma=None: \
+                torch.full_like(norms, scale)
         elif defect == "epoch replay":
             sampling.PoissonSampler.set_epoch = lambda self, epoch: None
         yield
@@ -71,8 +72,8 @@ def main() -> None:
             record = audit.audit(audit.AuditSpec(method=name, task=task, epsilon=1.0, seed=args.seed,
                                                  canaries=args.canaries, threat_model=threat, plugins=plugins))
         results.append({"defect": defect, "seconds": time.perf_counter() - started, "record": record})
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=1))
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(results, indent=1))  # after each audit: a crash keeps what ran
 
     def bound(name, task, threat, defect=None):
         [found] = [r["record"] for r in results if (r["record"]["method"], r["record"]["task"],
