@@ -294,7 +294,8 @@ MUTANTS = [
            '    if record["passed"] != (record["epsilon_lower_bound"] <= record["epsilon_claimed"]):', "    if False:",
            first="tests/test_verify.py"),
     Mutant("verify-error-tenfold", "verify", "a record may state ε below the recomputation by 10x the accountant's "
-           "error bound", "dpbench/trust/recompute.py", "    if recorded < spent and spent - recorded > error():",
+           "error bound", "dpbench/trust/recompute.py",
+           "    if recorded < spent and spent - recorded > error(beyond=spent - recorded):",
            "    if recorded < spent and spent - recorded > 10 * error():", first="tests/test_verify.py"),
     Mutant("verify-rerun-metrics-only", "verify", "--rerun compares only the metrics (a restated ε passes)",
            "dpbench/trust/rerun.py", "differences = _differences(_without_hashes(again), _without_hashes({**ran_in, **record}),",
