@@ -96,7 +96,9 @@ def main() -> None:
         event = dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
             replayed["sample_rate"], dp_accounting.GaussianDpEvent(replayed["noise_multiplier"] / epochs**0.5)),
             releases // epochs)
-        spent = pld.PLDAccountant().compose(event).get_epsilon(replayed["delta"])
+        relation = (dp_accounting.NeighboringRelation.REPLACE_ONE if replayed["neighbouring"] == "replace-one"
+                    else dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+        spent = pld.PLDAccountant(relation).compose(event).get_epsilon(replayed["delta"])
         print(f"\nepoch replay on {task}: ε really spent {spent:.2f} (σ = {replayed['noise_multiplier']:.3f}, "
               f"{epochs} epochs), bound {bound('dpsgd', task, 'white-box')} without the bug, "
               f"{bound('dpsgd', task, 'white-box', 'epoch replay')} with it")
