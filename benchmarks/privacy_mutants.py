@@ -100,6 +100,21 @@ MUTANTS = [
     Mutant("verify-accepts-nan-epsilon", "verify", "a recorded ε of NaN passes (every comparison with NaN is false)",
            "dpbench/trust/recompute.py", " or isinstance(recorded, bool) or math.isnan(recorded):",
            " or isinstance(recorded, bool):", first="tests/test_verify.py"),
+    Mutant("verify-tuned-ignores-target", "verify", "a tuned record's whole-tuning ε is never compared with its "
+           "target: a record spending 8 sits in the ε = 0.1 column", "dpbench/trust/record_checks.py",
+           '    if target is not None and whole - _rdp_error(whole)() > target * (1 + 1e-9):',
+           '    if False:', first="tests/test_verify.py"),
+    Mutant("verify-delta-unbounded", "verify", "δ is not required to lie in (0, 1): at δ = 1 any claimed ε passes",
+           "dpbench/trust/record_checks.py", "    if isinstance(delta, bool) or not isinstance(delta, (int, float)) "
+           "or not 0 < delta < 1:", "    if False:", first="tests/test_verify.py"),
+    Mutant("verify-trusts-private-flag", "verify", "a random-stopping record marked tuning.private = false is "
+           "checked as one trial's ε", "dpbench/trust/record_checks.py",
+           '        if tuning.get("mode") in PRIVATE_MODES and not tuning.get("private"):',
+           '        if False:', first="tests/test_verify.py"),
+    Mutant("verify-infinite-error-excuses", "verify", "an infinite numerical error (δ at the PLD tail's edge) "
+           "excuses any shortfall", "dpbench/trust/recompute.py",
+           "    if recorded < spent and not math.isfinite(error(beyond=spent - recorded)):",
+           "    if False:", first="tests/test_verify.py"),
     Mutant("relation-swapped", "calibration", "replace-one accounted as add/remove-one",
            "dpbench/privacy/accounting.py", '"replace-one": dp_accounting.NeighboringRelation.REPLACE_ONE}',
            '"replace-one": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE}', first="tests/test_privacy.py"),

@@ -565,19 +565,54 @@ def test_the_spread_stops_once_it_covers_the_shortfall_with_the_same_verdict(mon
     assert len(computed) == 7
 
 
-@pytest.mark.parametrize("kind, changes", [
-    ("dpsgd", {"delta": lambda _: 0.0}),  # no finite ε at δ = 0: ∞ − ∞ made the spread NaN, and NaN compares false
-    ("dpsgd", {"delta": lambda _: 1e-30}),  # below the PLD's tail truncation
-    ("rdp", {"delta": lambda _: 0.0}),  # RDP: its error at ε = ∞ was ∞, and ∞ > ∞ is false
-    ("tuned random-stopping", {"delta": lambda _: 0.0}),
-    ("data release", {"data_release_events": lambda _: [{"class_name": "NonPrivateDpEvent"}]}),
+@pytest.mark.parametrize("kind, changes, message", [
+    # no finite ε at δ = 0: ∞ − ∞ made the spread NaN, and NaN compares false (now refused as a δ outside (0, 1))
+    ("dpsgd", {"delta": lambda _: 0.0}, "delta is 0.0, not a number in (0, 1)"),
+    ("dpsgd", {"delta": lambda _: 1e-30}, "no finite ε at this δ"),  # below the PLD's tail truncation
+    ("rdp", {"delta": lambda _: 0.0}, "delta is 0.0"),  # RDP: its error at ε = ∞ was ∞, and ∞ > ∞ is false
+    ("tuned random-stopping", {"delta": lambda _: 0.0}, "delta is 0.0"),
+    ("data release", {"data_release_events": lambda _: [{"class_name": "NonPrivateDpEvent"}]}, "no finite ε at this δ"),
 ])
-def test_a_mechanism_with_no_finite_epsilon_at_its_delta_proves_nothing(tmp_path, genuine, kind, changes):
+def test_a_mechanism_with_no_finite_epsilon_at_its_delta_proves_nothing(tmp_path, genuine, kind, changes, message):
     """Found by the hostile review of 26 November: each of these passed verify with the record's ε unchanged."""
     [problem] = problems_of(tmp_path, forged(genuine[0][kind], **changes))
-    assert "no finite ε at this δ" in problem
+    assert message in problem
 
 
 def test_a_recorded_epsilon_that_is_not_a_number_fails(tmp_path, genuine):
     [problem] = problems_of(tmp_path, forged(genuine[0]["dpsgd"], epsilon=lambda _: math.nan))
     assert problem.startswith("epsilon is nan, recomputed")
+
+
+# --- found by the second hostile review of 26 November: each passed verify before -------------------------------
+
+def test_a_tuned_record_whose_whole_tuning_exceeds_its_target_fails(tmp_path, genuine):
+    found = genuine[0]["tuned random-stopping"]
+    [problem] = problems_of(tmp_path, forged(found, epsilon_target=lambda _: found["epsilon"] / 2))
+    assert problem.startswith("spent ε ") and "(whole tuning) exceeds the target" in problem
+
+
+@pytest.mark.parametrize("kind, changes, problem", [
+    ("tuned random-stopping", {"tuning.private": lambda _: False}, "a random-stopping record whose tuning.private"),
+    ("tuned oracle", {"tuning.mode": lambda _: "random-stopping"}, "a random-stopping record whose tuning.private"),
+    ("tuned oracle", {"tuning.private": lambda _: True}, "tuning.private is true for mode 'oracle'"),
+    ("tuned adaptive", {"tuning.trials": lambda _: 0, "tuning.config.trials": lambda _: 0},
+     "tuning.trials is 0, not a whole number"),
+    ("tuned adaptive", {"tuning.trials": lambda _: True, "tuning.config.trials": lambda _: True},
+     "tuning.trials is True, not a whole number"),
+    ("tuned random-stopping", {"tuning.per_trial_delta": lambda _: 0.5}, "exceeds the whole tuning's δ"),
+    ("dpsgd", {"delta": lambda _: 1.0, "epsilon": lambda _: 0.0}, "delta is 1.0, not a number in (0, 1)"),
+    ("dpsgd", {"delta": lambda _: True, "epsilon": lambda _: 0.0}, "delta is True, not a number in (0, 1)"),
+    ("audit", {"delta": lambda _: 1.0}, "delta is 1.0, not a number in (0, 1)"),
+])
+def test_a_tuning_or_delta_field_wrong_in_one_respect_fails(tmp_path, genuine, kind, changes, problem):
+    found = problems_of(tmp_path, forged(genuine[0][kind], **changes))
+    assert len(found) == 1 and problem in found[0], found
+
+
+def test_an_infinite_numerical_error_covers_no_shortfall():
+    """At a δ at the edge of the PLD's tail one discretization gives a finite ε and another ∞: the spread is ∞, and
+    an ∞ error would excuse any shortfall (a shuffled record at δ ≈ 5·10⁻¹⁶ claimed ε = 0 for 4.7)."""
+    with pytest.raises(recompute.Mismatch, match="numerical error at this δ is not finite"):
+        recompute._at_least(4.7, 0.0, "epsilon", lambda beyond=math.inf: math.inf)
+    recompute._at_least(4.7, 4.7, "epsilon", lambda beyond=math.inf: math.inf)  # no shortfall: no error needed

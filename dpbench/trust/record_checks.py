@@ -55,6 +55,8 @@ def _check_tuned(record: dict[str, Any]) -> None:
     """A privately tuned record (random stopping, adaptive): its selected trial's mechanism, the per-trial ε and
     the whole tuning's ε."""
     tuned = record["tuning"]
+    if tuned.get("mode") not in PRIVATE_MODES:
+        raise Mismatch(f"tuning.private is true for mode {tuned.get('mode')!r}: only {PRIVATE_MODES} charge tuning")
     sigma, q, releases = tuned["noise_multiplier"], tuned["sample_rate"], tuned["gradient_evaluations"]
     if record.get("extra_releases"):  # private tuning charges the gradient's σ alone (dpbench.tuning.plan refuses)
         raise Mismatch("a privately tuned record with extra releases, which its per-trial mechanism does not charge")
@@ -74,6 +76,13 @@ def _check_tuned(record: dict[str, Any]) -> None:
         _plan(record)  # the selected trial's counts, from its plan on the training part
     if tuned.get("neighbouring", "add-remove") != record.get("neighbouring", "add-remove"):
         raise Mismatch(f"neighbouring is {record.get('neighbouring')!r} but tuning's is {tuned['neighbouring']!r}")
+    _check_delta(tuned.get("per_trial_delta"), "tuning.per_trial_delta")
+    if tuned["per_trial_delta"] > record["delta"]:
+        raise Mismatch(f"tuning.per_trial_delta {tuned['per_trial_delta']} exceeds the whole tuning's δ "
+                       f"{record['delta']}")
+    if "k_distribution" not in tuned and (isinstance(tuned.get("trials"), bool) or
+                                          not isinstance(tuned.get("trials"), int) or tuned["trials"] < 1):
+        raise Mismatch(f"tuning.trials is {tuned.get('trials')!r}, not a whole number of trials ≥ 1")
     orders = np.asarray(rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
     trial = _trial_rdp(record, tuned, orders)
     per_trial = float(rdp.compute_epsilon(orders, trial, tuned["per_trial_delta"])[0])
@@ -91,6 +100,9 @@ def _check_tuned(record: dict[str, Any]) -> None:
         total = tuned["trials"] * trial
     whole = float(rdp.compute_epsilon(orders, total, record["delta"])[0])
     _at_least(whole, record["epsilon"], "epsilon (whole tuning)", _rdp_error(whole))
+    target = record.get("epsilon_target")  # the board's column: the whole tuning's ε must not exceed it
+    if target is not None and whole - _rdp_error(whole)() > target * (1 + 1e-9):
+        raise Mismatch(f"spent ε {whole:.10g} (whole tuning) exceeds the target {target}")
     sigma_v = tuned["validation"]["noise_multiplier"]
     if np.any(orders / (2 * sigma_v**2) > trial * (1 + 1e-9)):
         raise Mismatch(f"score noise σ_v = {sigma_v} costs more than the trial's training at some RDP order")
@@ -226,6 +238,15 @@ def _check_audit(record: dict[str, Any]) -> None:
                        f"of {record['epsilon_claimed']}")
 
 
+PRIVATE_MODES = ("random-stopping", "adaptive")  # dpbench.tuning: the modes whose records charge the tuning
+
+
+def _check_delta(delta: Any, what: str = "delta") -> None:
+    """δ a real number in (0, 1): at δ ≥ 1 every mechanism is (0, δ)-DP, and a bool is no δ."""
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
+        raise Mismatch(f"{what} is {delta!r}, not a number in (0, 1)")
+
+
 def check(record: dict[str, Any]) -> list[str]:
     """What is wrong with one record (empty: nothing)."""
     problems = []
@@ -240,6 +261,12 @@ def check(record: dict[str, Any]) -> list[str]:
             problems.append(f"{field} {coins!r} with isolation {record.get('isolation')!r}: an isolated private run's "
                             f"noise and batches have secret coins (exempt from reruns), no other run's")
     try:
+        tuning = record.get("tuning") or {}
+        if tuning.get("mode") in PRIVATE_MODES and not tuning.get("private"):
+            raise Mismatch(f"a {tuning['mode']} record whose tuning.private is {tuning.get('private')!r}: its ε "
+                           "would be checked as one trial's, not the whole tuning's")
+        if record.get("kind") == "audit" or record.get("private", True):
+            _check_delta(record.get("delta"))
         if record.get("kind") == "audit":
             _check_audit(record)
         elif (record.get("tuning") or {}).get("mode") == REFERENCE_MODE:
