@@ -7,10 +7,11 @@
 What is saved is what the board publishes: the store's training-run records (no audit or federated records),
 each sealed by its run id (the hash of its content). A random-stopping study's secret (its K and trial draws) lives
 in the study storage, never in a record, and is not saved: a study cut short is run again from the start with fresh
-coins. ``load`` checks the whole file before it stores anything and refuses it (exit 2, nothing stored) if a line
-is not a record or a record's run id is not its content's hash. The hash is not a signature: anyone can reseal an
-edited record. What catches a forged ε is ``dpbench verify`` on the finished board (``leaderboards/results.jsonl``,
-also a test); a forged metric only ``verify --rerun`` does, as for any file of records.
+coins. ``load`` checks the whole file before it stores anything and refuses it (exit 2, nothing stored) if it is
+not gzip JSON lines, a line is not a training-run record, a record's run id is not its content's hash, or a record
+fails what ``dpbench verify`` checks without rerunning (its ε from its public plan). The hash is not a signature:
+anyone can reseal an edited record, and a forged metric only ``verify --rerun`` catches, as for any file of
+records. ``save`` writes a new file and then replaces the old one.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import sys
 from pathlib import Path
 
 from dpbench.results import store
+from dpbench.trust import record_checks
 
 CHECKPOINT = Path(__file__).resolve().parent / "rebuild" / "records.jsonl.gz"
 
@@ -33,8 +35,10 @@ def save() -> int:
         print(f"checkpoint: {store.describe()} holds no runs: nothing saved", file=sys.stderr)
         return 2
     CHECKPOINT.parent.mkdir(exist_ok=True)
-    with gzip.open(CHECKPOINT, "wt", encoding="utf-8") as out:
+    partial = CHECKPOINT.with_suffix(".partial")  # a machine lost mid-save leaves the last checkpoint whole
+    with gzip.open(partial, "wt", encoding="utf-8") as out:
         out.writelines(json.dumps(record, sort_keys=True) + "\n" for record in records)
+    partial.replace(CHECKPOINT)
     print(f"{len(records)} records from {store.describe()} to {CHECKPOINT}")
     return 0
 
@@ -43,10 +47,15 @@ def load() -> int:
     if not CHECKPOINT.exists():
         print(f"checkpoint: no {CHECKPOINT}: nothing loaded", file=sys.stderr)
         return 2
-    with gzip.open(CHECKPOINT, "rt", encoding="utf-8") as found:
-        records = [json.loads(line) for line in found]
+    try:
+        with gzip.open(CHECKPOINT, "rt", encoding="utf-8") as found:
+            records = [json.loads(line) for line in found]
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        print(f"checkpoint: {CHECKPOINT} is not gzip JSON lines ({error}): nothing loaded", file=sys.stderr)
+        return 2
     malformed = [number for number, record in enumerate(records, 1)
-                 if not isinstance(record, dict) or any(key not in record for key in REQUIRED)]
+                 if not isinstance(record, dict) or any(key not in record for key in REQUIRED)
+                 or record.get("kind", "run") != "run"]
     if malformed:
         print(f"checkpoint: {len(malformed)} lines that are not records (first line {malformed[0]}): nothing loaded",
               file=sys.stderr)
@@ -56,6 +65,12 @@ def load() -> int:
         print(f"checkpoint: {len(forged)} records whose run id is not their content's hash (first {forged[0]}): "
               "nothing loaded", file=sys.stderr)
         return 2
+    for record in records:  # what dpbench verify checks of each record, before any takes a cell's place
+        problems = record_checks.check(record)
+        if problems:
+            print(f"checkpoint: record {record['run_id']} fails verify ({problems[0]}): nothing loaded",
+                  file=sys.stderr)
+            return 2
     for record in records:
         store.append(record)
     print(f"{len(records)} records from {CHECKPOINT} into {store.describe()}")
