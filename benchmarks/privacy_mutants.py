@@ -115,6 +115,10 @@ MUTANTS = [
            "excuses any shortfall", "dpbench/trust/recompute.py",
            "    if recorded < spent and not math.isfinite(error(beyond=spent - recorded)):",
            "    if False:", first="tests/test_verify.py"),
+    Mutant("verify-nan-passes-as-positive", "verify", "a NaN ε target or score-noise σ passes (NaN compares false "
+           "with everything)", "dpbench/trust/record_checks.py",
+           "    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and "
+           "value > 0):", "    if False:", first="tests/test_verify.py"),
     Mutant("relation-swapped", "calibration", "replace-one accounted as add/remove-one",
            "dpbench/privacy/accounting.py", '"replace-one": dp_accounting.NeighboringRelation.REPLACE_ONE}',
            '"replace-one": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE}', first="tests/test_privacy.py"),

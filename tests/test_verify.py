@@ -604,6 +604,10 @@ def test_a_tuned_record_whose_whole_tuning_exceeds_its_target_fails(tmp_path, ge
     ("dpsgd", {"delta": lambda _: 1.0, "epsilon": lambda _: 0.0}, "delta is 1.0, not a number in (0, 1)"),
     ("dpsgd", {"delta": lambda _: True, "epsilon": lambda _: 0.0}, "delta is True, not a number in (0, 1)"),
     ("audit", {"delta": lambda _: 1.0}, "delta is 1.0, not a number in (0, 1)"),
+    ("dpsgd", {"epsilon_target": lambda _: math.nan}, "epsilon_target is nan, not a finite number > 0"),
+    ("tuned random-stopping", {"epsilon_target": lambda _: math.inf}, "epsilon_target is inf, not a finite number"),
+    ("tuned random-stopping", {"tuning.validation.noise_multiplier": lambda _: math.nan},
+     "tuning.validation.noise_multiplier is nan, not a finite number > 0"),
 ])
 def test_a_tuning_or_delta_field_wrong_in_one_respect_fails(tmp_path, genuine, kind, changes, problem):
     found = problems_of(tmp_path, forged(genuine[0][kind], **changes))

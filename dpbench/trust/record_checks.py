@@ -104,6 +104,7 @@ def _check_tuned(record: dict[str, Any]) -> None:
     if target is not None and whole - _rdp_error(whole)() > target * (1 + 1e-9):
         raise Mismatch(f"spent ε {whole:.10g} (whole tuning) exceeds the target {target}")
     sigma_v = tuned["validation"]["noise_multiplier"]
+    _check_positive(sigma_v, "tuning.validation.noise_multiplier")
     if np.any(orders / (2 * sigma_v**2) > trial * (1 + 1e-9)):
         raise Mismatch(f"score noise σ_v = {sigma_v} costs more than the trial's training at some RDP order")
 
@@ -241,6 +242,12 @@ def _check_audit(record: dict[str, Any]) -> None:
 PRIVATE_MODES = ("random-stopping", "adaptive")  # dpbench.tuning: the modes whose records charge the tuning
 
 
+def _check_positive(value: Any, what: str) -> None:
+    """A finite number > 0 (NaN compares false with everything, so a NaN target or σ would pass every check)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise Mismatch(f"{what} is {value!r}, not a finite number > 0")
+
+
 def _check_delta(delta: Any, what: str = "delta") -> None:
     """δ a real number in (0, 1): at δ ≥ 1 every mechanism is (0, δ)-DP, and a bool is no δ."""
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
@@ -267,6 +274,8 @@ def check(record: dict[str, Any]) -> list[str]:
                            "would be checked as one trial's, not the whole tuning's")
         if record.get("kind") == "audit" or record.get("private", True):
             _check_delta(record.get("delta"))
+        if record.get("epsilon_target") is not None:
+            _check_positive(record["epsilon_target"], "epsilon_target")
         if record.get("kind") == "audit":
             _check_audit(record)
         elif (record.get("tuning") or {}).get("mode") == REFERENCE_MODE:
