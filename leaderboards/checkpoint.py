@@ -1,4 +1,4 @@
-"""Carry an unfinished rebuild of the board from one machine to the next: ``save`` writes every record of the store
+"""Carry an unfinished rebuild of the board from one machine to the next: ``save`` writes the store's training runs
 (``$DPBENCH_HOME``) to ``leaderboards/rebuild/records.jsonl.gz``; ``load`` puts them back into a store, where
 ``dpbench sweep grid.json`` skips them and runs only what is missing.
 
@@ -24,8 +24,6 @@ from dpbench.results import store
 from dpbench.trust import record_checks
 
 CHECKPOINT = Path(__file__).resolve().parent / "rebuild" / "records.jsonl.gz"
-
-
 REQUIRED = ("run_id", "task", "method", "data_id", "created_at")
 
 

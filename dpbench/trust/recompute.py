@@ -51,10 +51,13 @@ def _at_least(spent: float, recorded: Any, what: str, error: Error) -> None:
     _number(recorded, spent, what)
     if not math.isfinite(spent):
         raise Mismatch(f"{what} is {recorded!r}, but the mechanism has no finite ε at this δ (recomputed {spent})")
-    if recorded < spent and not math.isfinite(error(beyond=spent - recorded)):  # a variant with no finite ε
+    if recorded >= spent:
+        return
+    shortfall = spent - recorded
+    if not math.isfinite(error(beyond=shortfall)):  # a variant with no finite ε: an error that excuses anything
         raise Mismatch(f"{what} is {recorded!r}, recomputed {spent:.10g}, but the accountant's numerical error at "
                        "this δ is not finite (δ at the edge of the PLD's tail)")
-    if recorded < spent and spent - recorded > error(beyond=spent - recorded):
+    if shortfall > error(beyond=shortfall):
         raise Mismatch(f"{what} is {recorded!r}, recomputed {spent:.10g} (less by more than the accountant's "
                        f"numerical error {error():.3g})")
 
