@@ -278,9 +278,9 @@ def check(record: dict[str, Any]) -> list[str]:
             _check_positive(record["epsilon_target"], "epsilon_target")
         if record.get("kind") == "audit":
             _check_audit(record)
-        elif (record.get("tuning") or {}).get("mode") == REFERENCE_MODE:
+        elif tuning.get("mode") == REFERENCE_MODE:
             _check_reference(record)
-        elif (record.get("tuning") or {}).get("private"):
+        elif tuning.get("private"):
             _check_tuned(record)  # else (validation track, oracle) the record's ε is its own run's, checked below
         elif not record.get("private", True):
             if record.get("epsilon") is not None or record.get("noise_multiplier"):
