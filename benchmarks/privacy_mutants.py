@@ -119,6 +119,22 @@ MUTANTS = [
            "with everything)", "dpbench/trust/record_checks.py",
            "    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and "
            "value > 0):", "    if False:", first="tests/test_verify.py"),
+    Mutant("verify-kind-by-fields", "verify", "a record is checked by the fields it carries: a gradient run given a "
+           "one-part release ledger is charged one Gaussian", "dpbench/trust/record_checks.py",
+           "            _check_kind(record)\n", "", first="tests/test_verify.py::test_a_gradient_run_given_a_release_ledger_fails"),
+    Mutant("verify-tuned-trials-unchecked", "verify", "a tuned record's method and task are not checked for releases "
+           "its trials do not charge (a count, correlated noise, DP-PCA)", "dpbench/trust/record_checks.py",
+           "    if not output:\n        _check_tuned_gradient_trials(record)", "    if False:\n        pass",
+           first="tests/test_verify.py"),
+    Mutant("verify-delta-above-one-over-n", "verify", "δ ≥ 1/n passes without the record saying it was forced",
+           "dpbench/trust/record_checks.py", "            _check_delta_below_one_over_n(record)\n", "",
+           first="tests/test_verify.py::test_a_delta_of_at_least_one_over_n_fails_unless_the_record_says_it_was_forced"),
+    Mutant("verify-audit-grid-unchecked", "verify", "an audit record with rows of its guess grid dropped passes",
+           "dpbench/trust/record_checks.py", '    if [(row["score"], row["k"], row["guesses"]) for row in rows] != grid:',
+           "    if False:", first="tests/test_verify.py"),
+    Mutant("verify-audit-confidence-unchecked", "verify", "an audit record re-graded at a higher confidence passes",
+           "dpbench/trust/record_checks.py", '    if record["confidence"] != audit.CONFIDENCE:  # a higher confidence lowers every bound',
+           "    if False:", first="tests/test_verify.py"),
     Mutant("relation-swapped", "calibration", "replace-one accounted as add/remove-one",
            "dpbench/privacy/accounting.py", '"replace-one": dp_accounting.NeighboringRelation.REPLACE_ONE}',
            '"replace-one": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE}', first="tests/test_privacy.py"),

@@ -620,3 +620,87 @@ def test_an_infinite_numerical_error_covers_no_shortfall():
     with pytest.raises(recompute.Mismatch, match="numerical error at this δ is not finite"):
         recompute._at_least(4.7, 0.0, "epsilon", lambda beyond=math.inf: math.inf)
     recompute._at_least(4.7, 4.7, "epsilon", lambda beyond=math.inf: math.inf)  # no shortfall: no error needed
+
+
+# --- the known gaps of 26 November (docs/auditing.md), closed: each forged record passed verify before -----------
+
+def _one_gaussian_ledger(record):
+    """``record`` (a gradient run) given a one-part release ledger: one Gaussian of its σ, whose ε at its δ the
+    record then claims and targets (below what its noisy gradients spent), consistent in every other field."""
+    sigma, delta = record["noise_multiplier"], record["delta"]
+    epsilon = recompute._epsilon(dp_accounting.GaussianDpEvent(sigma), delta, "pld", "add-remove")
+    part = {"what": "output noise", "epsilon": epsilon, "delta": delta, "noise_std": sigma, "sensitivity": 1.0}
+    return forged({**record, "privacy_ledger": None}, privacy_ledger=lambda _: [part], epsilon=lambda _: epsilon,
+                  epsilon_target=lambda _: epsilon)
+
+
+def test_a_gradient_run_given_a_release_ledger_fails(tmp_path, genuine):
+    record = genuine[0]["dpgd"]  # three full-batch Gaussians of σ = 5; the forged ledger charges one
+    cheap = _one_gaussian_ledger(record)
+    assert cheap["epsilon"] < record["epsilon"] / 1.5
+    [problem] = problems_of(tmp_path, cheap)
+    assert "dpgd is a gradient method, but the record has privacy_ledger" in problem
+    plugin = forged(cheap, method=lambda _: "my_sgd", **{"code.method.external": lambda _: True})
+    [problem] = problems_of(tmp_path, plugin)
+    assert "a release ledger with" in problem and "noisy gradients" in problem
+
+
+def test_a_release_method_without_its_ledger_fails(tmp_path, genuine):
+    record = copy.deepcopy(genuine[0]["output_perturbation"])
+    del record["privacy_ledger"]
+    [problem] = problems_of(tmp_path, records.seal(record))
+    assert "output_perturbation is a release method, but the record has no privacy_ledger" in problem
+
+
+@pytest.mark.parametrize("changes, problem", [
+    ({"method": lambda _: "quantile_clip"}, "quantile_clip releases a count with each gradient"),
+    ({"method": lambda _: "dpftrl"}, "dpftrl with its hyperparameters adds correlated noise"),
+    ({"task": lambda _: "mnist_mlp",
+      "hyperparameters": lambda hp: {**hp, "network": "adaclip", "pca_noise_multiplier": 4.0}}, "task mnist_mlp with its options releases statistics"),
+    ({"data_release_events": lambda _: [{"class_name": "GaussianDpEvent", "noise_multiplier": 20.0}]},
+     "a privately tuned record with data releases"),
+    ({"tuning.trial_mechanism": lambda _: "output"}, "trial_mechanism 'output', but dpsgd is a gradient method"),
+])
+def test_a_tuned_record_whose_method_or_task_releases_more_than_its_trials_charge_fails(tmp_path, genuine, changes,
+                                                                                        problem):
+    found = problems_of(tmp_path, forged(genuine[0]["tuned random-stopping"], **changes))
+    assert len(found) == 1 and problem in found[0], found
+
+
+def test_a_delta_of_at_least_one_over_n_fails_unless_the_record_says_it_was_forced(tmp_path, genuine):
+    record = genuine[0]["rdp"]
+    large = forged(record, delta=lambda _: 1 / record["n_train"])
+    [problem] = problems_of(tmp_path, large)
+    assert "is not below 1/n" in problem and "does not say it was forced" in problem
+    forced = engine.run(RunSpec(method="dpsgd", task="digits", noise_multiplier=5.0, delta=1e-3, force_delta=True,
+                                overrides={"epochs": 1}, progress_bar=False, no_wandb=True, append_to_store=False))
+    assert forced["delta_forced"] is True and record_checks.check(forced) == []
+    unsaid = copy.deepcopy(forced)
+    del unsaid["delta_forced"]
+    [problem] = record_checks.check(records.seal(unsaid))
+    assert "does not say it was forced" in problem
+    assert "delta_forced" not in record  # a run at δ < 1/n says nothing
+
+
+def _regraded(record, rows, confidence):
+    """An audit record re-graded with ``rows`` of its guess grid at ``confidence``: every bound recomputed at the
+    significance split over those rows, the largest reported, passed accordingly."""
+    significance = (1 - confidence) / len(rows)
+    rows = [{**row, "epsilon_lower_bound": audit.epsilon_lower_bound(record["canaries"], row["guesses"],
+                                                                     row["correct"], record["delta"], significance)}
+            for row in rows]
+    bound = max(row["epsilon_lower_bound"] for row in rows)
+    return forged(record, guess_grid=lambda _: rows, confidence=lambda _: confidence,
+                  epsilon_lower_bound=lambda _: bound, passed=lambda _: bound <= record["epsilon_claimed"])
+
+
+def test_an_audit_with_its_guess_grid_cut_or_its_confidence_raised_fails(tmp_path, genuine):
+    record = genuine[0]["audit"]
+    rows = record["guess_grid"]
+    assert [(row["score"], row["k"]) for row in rows] == [
+        (score, k) for score in ("matched", "position-max") for k in (5, 10, 20, 50)]
+    assert record_checks.check(_regraded(record, rows, record["confidence"])) == []  # the re-grading is faithful
+    [problem] = problems_of(tmp_path, _regraded(record, rows[:-1], record["confidence"]))
+    assert "guess_grid has the rows" in problem and "not the 8 fixed in advance" in problem
+    [problem] = problems_of(tmp_path, _regraded(record, rows, 0.999))
+    assert problem.endswith("confidence 0.999, not the audit's 0.95")

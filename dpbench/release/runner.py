@@ -179,6 +179,7 @@ def run(spec: RunSpec, method_class: type[ReleaseMethod], task_class: type[Task]
         "epsilon": spent_epsilon,
         "epsilon_target": epsilon,
         "delta": spent_delta,
+        **({"delta_forced": True} if spent_delta >= 1 / n else {}),  # --force-delta (verify reads it)
         "neighbouring": NEIGHBOURS,
         "noise_multiplier": noise_multiplier,
         "sample_rate": sample_rate,

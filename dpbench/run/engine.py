@@ -339,6 +339,7 @@ def plan(spec: RunSpec, calibrate: bool = True,
         "private": method.private,
         "epsilon_target": target_epsilon if method.private else None,
         "delta": delta if method.private else None,
+        **({"delta_forced": True} if method.private and delta >= 1 / n else {}),  # --force-delta (verify reads it)
         "neighbouring": neighbouring if method.private else None,
         "noise_multiplier": sigma,
         "sample_rate": sample_rate,

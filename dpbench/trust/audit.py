@@ -179,7 +179,8 @@ def audit(spec: AuditSpec) -> dict[str, Any]:
                                       "hyperparameters", "overrides", "n_train", "clipping", "noise", "versions",
                                       "git_commit", "isolation")},
         # a count release with each gradient (Method.count_release), charged with it; a moving clip's summary
-        **{key: run[key] for key in ("extra_releases", "combined_noise_multiplier", "clip_norms", "noise_correlation")
+        **{key: run[key] for key in ("extra_releases", "combined_noise_multiplier", "clip_norms", "noise_correlation",
+                                      "delta_forced")
            if key in run},
         "run_metrics": run["metrics"],
         "code": {"method": isolation.code_of(method), "task": records.code_of(task, Task)},

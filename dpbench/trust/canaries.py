@@ -148,6 +148,9 @@ class Canaries:
 class WhiteBox(pl.Callback):
     """Scores from every step's parameters (see the module docstring)."""
 
+    #: The scores, in the order of the audit's guess grid (``dpbench verify`` checks a record's grid against it).
+    score_names = ("matched", "position-max")
+
     def __init__(self, canaries: Canaries):
         self.canaries = canaries
         self.matched = torch.zeros(canaries.count, dtype=torch.float64)
@@ -183,11 +186,13 @@ class WhiteBox(pl.Callback):
         z over the epochs' steps at j, normalized by √epochs, which finds a canary whose batches repeat from
         epoch to epoch (the bug of the sampler that Lightning never told the epoch; README)."""
         positions = torch.stack([total / self.epochs_at[j] ** 0.5 for j, total in sorted(self.by_position.items())])
-        return {"matched": self.matched, "position-max": positions.max(0).values}
+        return dict(zip(self.score_names, (self.matched, positions.max(0).values), strict=True))
 
 
 class BlackBox(pl.Callback):
     """Scores from the final model only: ℓ(x_i, b_i) − ℓ(x_i, a_i), centred (module docstring)."""
+
+    score_names = ("loss",)
 
     def __init__(self, canaries: Canaries):
         self.canaries = canaries
@@ -195,8 +200,9 @@ class BlackBox(pl.Callback):
 
     def on_train_end(self, trainer, module):
         canaries = self.canaries
-        self.scores = {"loss": canaries.centred(canaries.losses(module.task, canaries.labels_out)
-                                                - canaries.losses(module.task, canaries.labels_in))}
+        [name] = self.score_names
+        self.scores = {name: canaries.centred(canaries.losses(module.task, canaries.labels_out)
+                                              - canaries.losses(module.task, canaries.labels_in))}
 
 
 OBSERVERS = {"white-box": WhiteBox, "black-box": BlackBox}

@@ -13,9 +13,11 @@ import numpy as np
 from dp_accounting import rdp
 
 from dpbench.choices import REFERENCE_MODE
+from dpbench.method import ReleaseMethod
 from dpbench.results.records import LEDGER_VERSION
 from dpbench.trust import audit
-from dpbench.trust.plan_checks import _classifiers, _plan, _run_event, _training_event
+from dpbench.trust.canaries import OBSERVERS
+from dpbench.trust.plan_checks import _builtin, _builtin_task, _classifiers, _plan, _run_event, _training_event
 from dpbench.trust.recompute import TOLERANCE, Mismatch, _at_least, _close, _epsilon, _error, _rdp, _rdp_error
 
 
@@ -58,9 +60,14 @@ def _check_tuned(record: dict[str, Any]) -> None:
     if tuned.get("mode") not in PRIVATE_MODES:
         raise Mismatch(f"tuning.private is true for mode {tuned.get('mode')!r}: only {PRIVATE_MODES} charge tuning")
     sigma, q, releases = tuned["noise_multiplier"], tuned["sample_rate"], tuned["gradient_evaluations"]
-    if record.get("extra_releases"):  # private tuning charges the gradient's σ alone (dpbench.tuning.plan refuses)
-        raise Mismatch("a privately tuned record with extra releases, which its per-trial mechanism does not charge")
-    if tuned.get("trial_mechanism", "gradient") == "output":  # one Gaussian output mechanism per classifier
+    output = tuned.get("trial_mechanism", "gradient") == "output"
+    method = _builtin(record)
+    if method is not None and issubclass(method, ReleaseMethod) != output:
+        raise Mismatch(f"trial_mechanism {tuned.get('trial_mechanism', 'gradient')!r}, but {record['method']} is a "
+                       f"{'release' if issubclass(method, ReleaseMethod) else 'gradient'} method")
+    if not output:
+        _check_tuned_gradient_trials(record)
+    if output:  # one Gaussian output mechanism per classifier
         ledger = record["privacy_ledger"]
         if len(ledger) != releases:
             raise Mismatch(f"{len(ledger)} output releases in the ledger but tuning.gradient_evaluations is {releases}")
@@ -107,6 +114,32 @@ def _check_tuned(record: dict[str, Any]) -> None:
     _check_positive(sigma_v, "tuning.validation.noise_multiplier")
     if np.any(orders / (2 * sigma_v**2) > trial * (1 + 1e-9)):
         raise Mismatch(f"score noise σ_v = {sigma_v} costs more than the trial's training at some RDP order")
+
+
+def _check_tuned_gradient_trials(record: dict[str, Any]) -> None:
+    """A privately tuned gradient record's trials are charged as Poisson-subsampled Gaussians of the gradient's σ
+    alone (:func:`_trial_rdp`): what else its method or task would release, and ``dpbench.tuning.plan`` refuses to
+    tune (a count with each gradient, correlated noise, other batches, a release of the data before training), is
+    refused here too, whatever the record's fields say (issue 31's second hostile review: a ``quantile_clip``,
+    ``dpftrl`` or DP-PCA record passed as tuned with its extra releases uncharged)."""
+    if record.get("extra_releases"):
+        raise Mismatch("a privately tuned record with extra releases, which its per-trial mechanism does not charge")
+    if record.get("sampler") != "poisson" or record.get("noise_correlation"):
+        raise Mismatch(f"a privately tuned record with {record.get('sampler')!r} batches"
+                       f"{' and correlated noise' if record.get('noise_correlation') else ''}: its trials are "
+                       f"charged as Poisson-subsampled independent Gaussians")
+    if record.get("data_releases") or record.get("data_release_events"):
+        raise Mismatch("a privately tuned record with data releases, which its per-trial mechanism does not charge")
+    method, task, hp = _builtin(record), _builtin_task(record), record["hyperparameters"]
+    if method is not None and getattr(method, "count_release", False):
+        raise Mismatch(f"{method.name} releases a count with each gradient, which private tuning does not charge")
+    if method is not None and method.correlation(hp) is not None:
+        raise Mismatch(f"{method.name} with its hyperparameters adds correlated noise, which private tuning does "
+                       f"not charge")
+    if task is not None and tuple(task.private_release_events(
+            {key: hp.get(key, default) for key, default in task.options.items()})):
+        raise Mismatch(f"task {task.name} with its options releases statistics of its data before training, which "
+                       f"private tuning does not charge")
 
 
 def _amp_noise_fraction(record: dict[str, Any], epsilon_k: float) -> float:
@@ -228,6 +261,16 @@ def _check_reference(record: dict[str, Any]) -> None:
 def _check_audit(record: dict[str, Any]) -> None:
     _check_gradient_run(record, "epsilon_claimed")
     rows = record["guess_grid"]
+    if record["confidence"] != audit.CONFIDENCE:  # a higher confidence lowers every bound
+        raise Mismatch(f"confidence {record['confidence']!r}, not the audit's {audit.CONFIDENCE}")
+    # The grid is fixed in advance (every score of the threat model × every k with 2k ≤ m): a record without its
+    # rows of the highest bounds would pass with the largest of the rest, at a significance split fewer ways.
+    scores = OBSERVERS[record["threat_model"]].score_names
+    grid = [(score, k, 2 * k) for score in scores for k in audit.GUESS_GRID if 2 * k <= record["canaries"]]
+    if [(row["score"], row["k"], row["guesses"]) for row in rows] != grid:
+        raise Mismatch(f"guess_grid has the rows {[(row['score'], row['k']) for row in rows]}, not the "
+                       f"{len(grid)} fixed in advance for {record['canaries']} canaries and the "
+                       f"{record['threat_model']} scores {list(scores)}")
     significance = (1 - record["confidence"]) / len(rows)
     bounds = [audit.epsilon_lower_bound(record["canaries"], row["guesses"], row["correct"], record["delta"],
                                         significance) for row in rows]
@@ -254,6 +297,32 @@ def _check_delta(delta: Any, what: str = "delta") -> None:
         raise Mismatch(f"{what} is {delta!r}, not a number in (0, 1)")
 
 
+def _check_delta_below_one_over_n(record: dict[str, Any]) -> None:
+    """δ < 1/n, as the engine requires unless run with ``--force-delta``, which the record then says
+    (``delta_forced``): at δ ≥ 1/n a mechanism may publish an example outright."""
+    n = record["n_train"]
+    if record["delta"] >= 1 / n and not record.get("delta_forced"):
+        raise Mismatch(f"delta {record['delta']:g} is not below 1/n = {1 / n:g} (n_train {n}), and the record does "
+                       f"not say it was forced (--force-delta)")
+
+
+def _check_kind(record: dict[str, Any]) -> None:
+    """The branch a record is checked by follows its method's kind, not the fields it carries: a built-in gradient
+    method's record with a ``privacy_ledger`` would be checked as a release method's, whose ledger is never counted
+    against the gradients the plan releases (second hostile review of 26 November). A plugin's release record (a
+    ledger) releases no noisy gradient and cannot have run isolated (isolation runs gradient methods)."""
+    method, ledger = _builtin(record), "privacy_ledger" in record
+    if record.get("kind") == "audit":
+        if ledger or (method is not None and issubclass(method, ReleaseMethod)):
+            raise Mismatch("an audit of a release method, which dpbench audit refuses")
+    elif method is not None and method.private and issubclass(method, ReleaseMethod) != ledger:
+        raise Mismatch(f"{record['method']} is a {'release' if issubclass(method, ReleaseMethod) else 'gradient'} "
+                       f"method, but the record {'has' if ledger else 'has no'} privacy_ledger")
+    if ledger and (record.get("gradient_evaluations") != 0 or record.get("isolation") == "process"):
+        raise Mismatch(f"a release ledger with {record.get('gradient_evaluations')!r} noisy gradients and isolation "
+                       f"{record.get('isolation')!r}: a release method releases no gradient and runs in process")
+
+
 def check(record: dict[str, Any]) -> list[str]:
     """What is wrong with one record (empty: nothing)."""
     problems = []
@@ -274,6 +343,8 @@ def check(record: dict[str, Any]) -> list[str]:
                            "would be checked as one trial's, not the whole tuning's")
         if record.get("kind") == "audit" or record.get("private", True):
             _check_delta(record.get("delta"))
+            _check_delta_below_one_over_n(record)
+            _check_kind(record)
         if record.get("epsilon_target") is not None:
             _check_positive(record["epsilon_target"], "epsilon_target")
         if record.get("kind") == "audit":

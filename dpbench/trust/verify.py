@@ -5,6 +5,9 @@ For every record (one JSON object per line):
 * the content hash: ``run_id`` must be the first 16 hex digits of the sha256 of the record's canonical JSON
   without ``run_id`` (reimplemented from the definition, not imported from ``dpbench.results.store``);
 * the ledger version: records of an older version (or without one) were made before privacy fixes of the engine;
+* the branch: a record is checked as its method's kind (a built-in gradient method's record with a release
+  ledger, or a release method's without one, is refused; a plugin's ledger must come without noisy gradients and
+  isolation), and δ must lie in (0, 1) and below 1/n unless the record says it was forced (``delta_forced``);
 * ε, recomputed from the record's mechanism fields with dp-accounting directly (the events are built by
   :mod:`dpbench.trust.recompute`, not by ``dpbench.privacy.accounting``), and compared one-sidedly with the
   record's: a record may state more ε than recomputed, never less by more than the accountant's numerical error
@@ -24,7 +27,9 @@ For every record (one JSON object per line):
   - tuned records: the per-trial RDP curve from ``tuning`` (which must agree with the record's σ, q, T and
     relation; gradient trials from dp-accounting's add/remove curve, by the weak triangle inequality under
     replace-one; output trials as Gaussians) must give ``per_trial_epsilon``, then repeat-and-select (random
-    stopping; shape η, or ∞ for Poisson) or N-fold composition (adaptive) must give ε; the score noise
+    stopping; shape η, or ∞ for Poisson) or N-fold composition (adaptive) must give ε; a gradient trial's record
+    must release nothing its trials do not charge (no count with each gradient, no correlated noise, no data
+    release of its method or task, Poisson batches); the score noise
     σ_v must satisfy α/(2σ_v²) ≤ the trial's RDP at every order of the RDP accountant; oracle-tuned records are
     checked as the one run they report;
   - release methods: ε and δ are the sums of the ``privacy_ledger`` parts, one (AMP: one of each kind) per
@@ -34,7 +39,8 @@ For every record (one JSON object per line):
     2kLη/b convex, 2(L + λR)/(λn) strongly convex); AMP's objective part is checked against the paper's noise
     scale σ1 ≥ (2L/n)(1 + √(2 ln(1/δ1)))/ε3 with ε3 = (ε3/ε1)·ε1 (Iyengar et al. 2019, Algorithm 1);
   - audit records: ``epsilon_claimed`` as a gradient run, and the lower bound from (canaries, guesses, correct,
-    δ) with Steinke et al.'s Theorem 3 (``dpbench.trust.audit``), and ``passed``.
+    δ) with Steinke et al.'s Theorem 3 (``dpbench.trust.audit``) over the whole guess grid fixed in advance (every
+    score of the threat model × every k with 2k ≤ m) at the audit's confidence, and ``passed``.
   - converged non-private references (tuning mode ``reference``, :mod:`dpbench.tuning.reference`): no ε, no σ,
     every fit of the l2 grid converged by the record's own criterion, and the chosen l2 the best held-out accuracy
     (ties: lower held-out loss, then the larger l2), refitted.
