@@ -294,7 +294,7 @@ def test_progress_is_a_bar_on_a_terminal_and_lines_off_one(capsys, monkeypatch):
     assert "\r" not in logged and "Epoch" not in logged
     lines = [line for line in logged.splitlines() if line.startswith("private training:")]
     assert len(lines) >= 2 and re.fullmatch(
-        r"private training: \d+/\d+ step \(\d+%\), [\d.]+ step/s, ETA \d+:\d\d, epoch [1-6]/6", lines[0])
+        r"private training: \d+/\d+ step \(\d+%\), [\d.]+ step/s, \d+:\d\d elapsed, ETA \d+:\d\d, epoch [1-6]/6", lines[0])
     assert re.fullmatch(r"private training: 132/132 step \(100%\), [\d.]+ step/s, done in \d+:\d\d, epoch 6/6",
                         lines[-1])
 

@@ -59,7 +59,7 @@ def test_off_a_terminal_a_bar_is_a_line_at_a_steady_interval(capsys, monkeypatch
     lines = capsys.readouterr().err.splitlines()
     assert 3 <= len(lines) <= 6 and "\r" not in "".join(lines)
     for line in lines[:-1]:
-        assert re.fullmatch(r"stage 1/2: decode: [1-8]/8 image \(\d+%\), [\d.]+ image/s, ETA 0:0\d, all ≈ 1:00", line)
+        assert re.fullmatch(r"stage 1/2: decode: [1-8]/8 image \(\d+%\), [\d.]+ image/s, 0:0\d elapsed, ETA 0:0\d, all ≈ 1:00", line)
     assert re.fullmatch(r"stage 1/2: decode: 8/8 image \(100%\), [\d.]+ image/s, done in 0:00, all ≈ 1:00", lines[-1])
 
 

@@ -166,7 +166,7 @@ def on_terminal() -> bool:
 
 class Lines:
     """A progress bar off a terminal: while work goes on, one line on stderr every :func:`interval` seconds,
-    ``desc: done/total unit (p%), rate unit/s, ETA m:ss, postfix``, and one at the end if any was printed. Takes
+    ``desc: done/total unit (p%), rate unit/s, m:ss elapsed, ETA m:ss, postfix``, and one at the end if any was printed. Takes
     tqdm's calls that dpbench makes (``update``, ``set_postfix_str``, ``close``, iteration, ``with``)."""
 
     def __init__(self, iterable: Iterable | None = None, total: int | None = None, desc: str = "",
@@ -217,8 +217,10 @@ class Lines:
         parts.append(f"{_plain(rate)} {self.unit}/s")
         if done:
             parts.append(f"done in {clock(elapsed)}")
-        elif self.total and rate > 0:
-            parts.append(f"ETA {clock((self.total - self.n) / rate)}")
+        else:  # the time so far: a log of the lines then times each part of a long job (the board's breakdown)
+            parts.append(f"{clock(elapsed)} elapsed")
+            if self.total and rate > 0:
+                parts.append(f"ETA {clock((self.total - self.n) / rate)}")
         return f"{self.desc}: {', '.join(parts + ([self.postfix] if self.postfix else []))}"
 
     def _print(self, now: float, done: bool = False) -> None:
