@@ -105,7 +105,7 @@ MUTANTS = [
            '    if target is not None and whole - _rdp_error(whole)() > target * (1 + 1e-9):',
            '    if False:', first="tests/test_verify.py"),
     Mutant("verify-delta-unbounded", "verify", "δ is not required to lie in (0, 1): at δ = 1 any claimed ε passes",
-           "dpbench/trust/record_checks.py", "    if isinstance(delta, bool) or not isinstance(delta, (int, float)) "
+           "dpbench/trust/recompute.py", "    if isinstance(delta, bool) or not isinstance(delta, (int, float)) "
            "or not 0 < delta < 1:", "    if False:", first="tests/test_verify.py"),
     Mutant("verify-trusts-private-flag", "verify", "a random-stopping record marked tuning.private = false is "
            "checked as one trial's ε", "dpbench/trust/record_checks.py",
@@ -116,7 +116,7 @@ MUTANTS = [
            "    if not math.isfinite(error(beyond=shortfall)):",
            "    if False:", first="tests/test_verify.py"),
     Mutant("verify-nan-passes-as-positive", "verify", "a NaN ε target or score-noise σ passes (NaN compares false "
-           "with everything)", "dpbench/trust/record_checks.py",
+           "with everything)", "dpbench/trust/recompute.py",
            "    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and "
            "value > 0):", "    if False:", first="tests/test_verify.py"),
     Mutant("verify-kind-by-fields", "verify", "a record is checked by the fields it carries: a gradient run given a "
@@ -135,6 +135,37 @@ MUTANTS = [
     Mutant("verify-audit-confidence-unchecked", "verify", "an audit record re-graded at a higher confidence passes",
            "dpbench/trust/record_checks.py", '    if record["confidence"] != audit.CONFIDENCE:  # a higher confidence lowers every bound',
            "    if False:", first="tests/test_verify.py"),
+    Mutant("verify-n-train-unchecked", "verify", "n_train is not tied to the task's data: ten times n, ten times the "
+           "steps, a tenth of q", "dpbench/trust/record_checks.py", "            reason = check_n_train(record)",
+           "            reason = None", first="tests/test_verify.py::test_an_n_train_that_is_not_the_tasks_data_fails"),
+    Mutant("verify-amp-fractions-unchecked", "verify", "AMP's noise and output fractions are not required in (0, 1)",
+           "dpbench/trust/release_checks.py",
+           "        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:\n"
+           "            raise Mismatch(f\"AMP's", "        if False:\n            raise Mismatch(f\"AMP's",
+           first="tests/test_verify.py::test_an_amp_record_with_a_noise_fraction_above_one_fails"),
+    Mutant("verify-amp-output-sensitivity", "verify", "AMP's output sensitivity 2nγ/Λ is not re-derived",
+           "dpbench/trust/release_checks.py", "        if output:\n            _close(out_sensitivity",
+           "        if False:\n            _close(out_sensitivity", first="tests/test_verify.py::"
+           "test_an_amp_record_whose_output_sensitivity_is_not_two_n_gamma_over_lambda_fails"),
+    Mutant("verify-code-name-unchecked", "verify", "a built-in's record renamed as a plugin escapes the built-in's "
+           "checks", "dpbench/trust/record_checks.py", "            _check_code(record)\n", "",
+           first="tests/test_verify.py::test_a_built_in_record_renamed_as_a_plugin_fails"),
+    Mutant("verify-tuning-analysis-by-fields", "verify", "the tuning's analysis follows the fields present, not the "
+           "mode: an adaptive record given a K distribution is charged as random stopping",
+           "dpbench/trust/record_checks.py", '    random_k = tuned["mode"] == "random-stopping"',
+           '    random_k = "k_distribution" in tuned',
+           first="tests/test_verify.py::test_an_adaptive_record_charged_as_random_stopping_fails"),
+    Mutant("verify-audit-claim-above-spent", "verify", "an audit may claim more ε than its run spent (a failure "
+           "then reads as a pass)", "dpbench/trust/record_checks.py",
+           "    if excess > 0 and excess > error(beyond=excess):", "    if False:",
+           first="tests/test_verify.py::test_an_audit_that_failed_cannot_pass_by_claiming_more_than_its_run_spent"),
+    Mutant("verify-tuned-record-not-private", "verify", "a privately tuned record marked private = false skips the δ "
+           "and code checks", "dpbench/trust/record_checks.py",
+           '        if tuning.get("private") and record.get("private") is not True:', "        if False:",
+           first="tests/test_verify.py::test_a_tuned_record_marked_not_private_fails"),
+    Mutant("audit-pass-ignores-delta", "audit", "an audit's pass counts for runs at another δ", "dpbench/trust/marks.py",
+           '"epsilon_target", "delta", "neighbouring"', '"epsilon_target", "neighbouring"',
+           first="tests/test_audit.py::test_an_audit_passed_at_other_settings_is_shown_as_such"),
     Mutant("relation-swapped", "calibration", "replace-one accounted as add/remove-one",
            "dpbench/privacy/accounting.py", '"replace-one": dp_accounting.NeighboringRelation.REPLACE_ONE}',
            '"replace-one": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE}', first="tests/test_privacy.py"),
@@ -312,7 +343,7 @@ MUTANTS = [
            "    if target is not None and spent > target * (1 + 1e-9) and spent - error() > target * (1 + 1e-9):",
            "    if False:", first="tests/test_verify.py"),
     Mutant("verify-release-target", "verify", "a release method's ε above its target is accepted",
-           "dpbench/trust/record_checks.py", '    if record["epsilon"] > record["epsilon_target"] * (1 + 1e-9):', "    if False:",
+           "dpbench/trust/release_checks.py", '    if record["epsilon"] > record["epsilon_target"] * (1 + 1e-9):', "    if False:",
            first="tests/test_verify.py"),
     Mutant("verify-no-noise", "verify", "a run without noise (σ = 0) is accepted if it states ε = ∞",
            "dpbench/trust/record_checks.py", '    if not record.get("noise_multiplier", 0) > 0:', "    if False:",
@@ -340,19 +371,19 @@ MUTANTS = [
     Mutant("resume-edited-ledger", "checkpoints", "a resumed run takes its checkpoint's ledger unchecked",
            "dpbench/run/checkpoint.py", "    check_ledger(planned, saved, folder)\n", "", first="tests/test_resume.py"),
     Mutant("verify-release-sigma", "verify", "a release method's noise_multiplier is not checked against its ledger",
-           "dpbench/trust/record_checks.py", '    _close(ledger[0]["noise_std"] / ledger[0]["sensitivity"], record["noise_multiplier"], '
+           "dpbench/trust/release_checks.py", '    _close(ledger[0]["noise_std"] / ledger[0]["sensitivity"], record["noise_multiplier"], '
            '"noise_multiplier")', "    pass", first="tests/test_verify.py"),
     Mutant("verify-release-delta", "verify", "a release method's δ is not checked against the sum of its parts'",
-           "dpbench/trust/record_checks.py", '    _close(math.fsum(entry["delta"] for entry in ledger), record["delta"], '
+           "dpbench/trust/release_checks.py", '    _close(math.fsum(entry["delta"] for entry in ledger), record["delta"], '
            '"delta (sum of the ledger)")', "    pass", first="tests/test_verify.py"),
     Mutant("verify-wu-sensitivity", "verify", "output perturbation's sensitivity is not re-derived (Wu et al.)",
-           "dpbench/trust/record_checks.py", '            _close(expected, entry["sensitivity"], f"privacy_ledger[{index}] '
+           "dpbench/trust/release_checks.py", '            _close(expected, entry["sensitivity"], f"privacy_ledger[{index}] '
            'sensitivity (Wu et al.)")', "            pass", first="tests/test_verify.py"),
     Mutant("verify-amp-sensitivity", "verify", "AMP's objective sensitivity is not checked against 2L/n",
-           "dpbench/trust/record_checks.py", '            _close(2 * lipschitz / n, entry["sensitivity"], f"{what} sensitivity 2L/n")',
+           "dpbench/trust/release_checks.py", '            _close(2 * lipschitz / n, entry["sensitivity"], f"{what} sensitivity 2L/n")',
            "            pass", first="tests/test_verify.py"),
     Mutant("verify-unknown-release", "verify", "a ledger part verify cannot recompute is accepted",
-           "dpbench/trust/record_checks.py", '            raise Mismatch(f"{what} is a release verify cannot recompute")',
+           "dpbench/trust/release_checks.py", '            raise Mismatch(f"{what} is a release verify cannot recompute")',
            "            pass", first="tests/test_verify.py"),
     # issue 31: RDP under replace-one (shuffled batches), AMP's objective noise and its released fields
     Mutant("rdp-replace-one-sensitivity-1", "accounting", "shuffled batches under RDP accounted with sensitivity 1, "
@@ -378,7 +409,7 @@ MUTANTS = [
            "its config's (a forged mean 1.0001 instead of 8 passed)", "dpbench/trust/record_checks.py",
            'for key in ("k_distribution", "trials"):', "for key in ():", first="tests/test_verify.py"),
     Mutant("verify-amp-epsilon-split", "verify", "AMP's objective parts are not checked against ε1 of ε/K (a record "
-           "claiming 0.9 of it, same noise, passes the split)", "dpbench/trust/record_checks.py",
+           "claiming 0.9 of it, same noise, passes the split)", "dpbench/trust/release_checks.py",
            'f"{what} epsilon (ε1 of ε/K)")', 'f"{what} epsilon (ε1 of ε/K)") if False else None',
            first="tests/test_verify.py"),
     Mutant("verify-classifiers-from-ledger", "verify", "a release method's classifiers are counted from its ledger, "
@@ -407,7 +438,7 @@ MUTANTS = [
            "    if [event_fields(release.event) for release in data.private_releases] != declared:", "    if False:",
            first="tests/test_verify.py"),
     Mutant("verify-amp-tail-unchecked", "verify", "an AMP record whose b1 fails the proof's tail bound passes",
-           "dpbench/trust/record_checks.py", "> entry[\"delta\"] * (1 + TOLERANCE):", "> math.inf:", first="tests/test_verify.py"),
+           "dpbench/trust/release_checks.py", "> entry[\"delta\"] * (1 + TOLERANCE):", "> math.inf:", first="tests/test_verify.py"),
     Mutant("verify-rerun-ignores-code", "verify", "a rerun does not compare which code ran (a plugin record "
            "relabelled built-in passes)", "dpbench/trust/rerun.py", 'if k != "sha256"}', 'if k == "name"}',
            first="tests/test_verify.py"),

@@ -288,13 +288,14 @@ def test_an_audit_passed_at_other_settings_is_shown_as_such():
     """A plugin can behave honestly at the audited settings and otherwise elsewhere: a pass is evidence for runs of
     the hyperparameters, target ε, relation, data and samplers it ran with (reviews of 26 November 2026 found "audit
     passed" on cells of other hyperparameters, then of another ε, relation, data and noise sampler)."""
-    conditions = {"epsilon_target": 1.0, "neighbouring": "replace-one", "sampler": "poisson", "noise": "philox"}
+    conditions = {"epsilon_target": 1.0, "delta": 1e-6, "neighbouring": "replace-one", "sampler": "poisson",
+                  "noise": "philox"}
     found = fake_audit("a", "digits", True, hyperparameters={"lr": 1.0, "epochs": 3})
     status = audit.audit_status([{**found, **conditions, "canaries": 100, "data_id": "digits+100-audit-canaries"}])
     run = {"task": "digits", "code": {"method": {"sha256": "a", "external": True}}, "data_id": "digits",
            "hyperparameters": {"lr": 1.0, "epochs": 3}, **conditions}
     assert audit.board_mark(run, status) == "unverified: in-process plugin, audit passed"
-    for change in ({"hyperparameters": {"lr": 1.0, "epochs": 4}}, {"epsilon_target": 8.0},
+    for change in ({"hyperparameters": {"lr": 1.0, "epochs": 4}}, {"epsilon_target": 8.0}, {"delta": 1e-4},
                    {"neighbouring": "add-remove"}, {"data_id": "digits-v2"}, {"sampler": "shuffle"},
                    {"noise": "torch normal_ (cpu)"}):
         assert audit.board_mark({**run, **change}, status) == \

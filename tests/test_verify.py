@@ -597,9 +597,9 @@ def test_a_tuned_record_whose_whole_tuning_exceeds_its_target_fails(tmp_path, ge
     ("tuned oracle", {"tuning.mode": lambda _: "random-stopping"}, "a random-stopping record whose tuning.private"),
     ("tuned oracle", {"tuning.private": lambda _: True}, "tuning.private is true for mode 'oracle'"),
     ("tuned adaptive", {"tuning.trials": lambda _: 0, "tuning.config.trials": lambda _: 0},
-     "tuning.trials is 0, not a whole number"),
+     "tuning.trials is 0 and k_distribution None: adaptive tuning composes a whole number ≥ 1 of trials"),
     ("tuned adaptive", {"tuning.trials": lambda _: True, "tuning.config.trials": lambda _: True},
-     "tuning.trials is True, not a whole number"),
+     "tuning.trials is True and k_distribution None"),
     ("tuned random-stopping", {"tuning.per_trial_delta": lambda _: 0.5}, "exceeds the whole tuning's δ"),
     ("dpsgd", {"delta": lambda _: 1.0, "epsilon": lambda _: 0.0}, "delta is 1.0, not a number in (0, 1)"),
     ("dpsgd", {"delta": lambda _: True, "epsilon": lambda _: 0.0}, "delta is True, not a number in (0, 1)"),
@@ -653,9 +653,11 @@ def test_a_release_method_without_its_ledger_fails(tmp_path, genuine):
 
 
 @pytest.mark.parametrize("changes, problem", [
-    ({"method": lambda _: "quantile_clip"}, "quantile_clip releases a count with each gradient"),
-    ({"method": lambda _: "dpftrl"}, "dpftrl with its hyperparameters adds correlated noise"),
-    ({"task": lambda _: "mnist_mlp",
+    ({"method": lambda _: "quantile_clip", "code.method.name": lambda _: "quantile_clip"},
+     "quantile_clip releases a count with each gradient"),
+    ({"method": lambda _: "dpftrl", "code.method.name": lambda _: "dpftrl"},
+     "dpftrl with its hyperparameters adds correlated noise"),
+    ({"task": lambda _: "mnist_mlp", "code.task.name": lambda _: "mnist_mlp",
       "hyperparameters": lambda hp: {**hp, "network": "adaclip", "pca_noise_multiplier": 4.0}},
      "task mnist_mlp with its options releases statistics"),
     ({"data_release_events": lambda _: [{"class_name": "GaussianDpEvent", "noise_multiplier": 20.0}]},
@@ -705,3 +707,120 @@ def test_an_audit_with_its_guess_grid_cut_or_its_confidence_raised_fails(tmp_pat
     assert "guess_grid has the rows" in problem and "not the 8 fixed in advance" in problem
     [problem] = problems_of(tmp_path, _regraded(record, rows, 0.999))
     assert problem.endswith("confidence 0.999, not the audit's 0.95")
+
+
+def test_an_n_train_that_is_not_the_tasks_data_fails(tmp_path, genuine):
+    """Ten times n, with the plan's steps and releases for it and a tenth of q, recomputed consistently: every other
+    check passes, at a fraction of the ε (the open gap of 26 November)."""
+    record = genuine[0]["rdp"]
+    n, batch, epochs = record["n_train"], record["hyperparameters"]["batch_size"], record["hyperparameters"]["epochs"]
+    steps = epochs * max(1, round(10 * n / batch))
+    grown = forged(record, n_train=lambda n: 10 * n, sample_rate=lambda _: batch / (10 * n), steps=lambda _: steps,
+                   gradient_evaluations=lambda _: steps)
+    cheaper = recompute._epsilon(plan_checks._run_event(grown), grown["delta"], "rdp", grown["neighbouring"])
+    grown = forged(grown, epsilon=lambda _: cheaper)
+    assert cheaper < record["epsilon"] / 3
+    [problem] = problems_of(tmp_path, grown)
+    assert problem == f"n_train is {10 * n}, but task digits's data digits has {n} training examples"
+
+
+def test_every_built_in_tasks_record_has_its_n_checked_and_the_rest_are_counted(tmp_path, genuine, capsys):
+    found, path = genuine
+    unchecked = []
+    for record in found.values():
+        assert record_checks.check(record, unchecked) == []
+    assert unchecked == ["task digits_release is a plugin's"]  # tuned records included: their split is public
+    elsewhere = forged(found["dpsgd"], data_id=lambda _: "digits-full")
+    assert verify.verify(write(tmp_path, elsewhere)) == (1, [])
+    assert ("1 record(s) whose n_train is not tied to their task's data here, so that only a rerun checks their q "
+            "and steps: 1: its data 'digits-full' is not this machine's 'digits'") in capsys.readouterr().err
+
+
+# --- found by the hostile review of 27 November: each forged record passed verify at 6bb061a ----------------------
+
+def test_an_amp_record_with_a_noise_fraction_above_one_fails(tmp_path, genuine):
+    """ε1 stated far below the ε3 its objective noise pays for (ε3/ε1 ≈ 235): ε 0.995 claimed as 0.009."""
+    found = genuine[0]["amp"]
+    [objective, output] = found["privacy_ledger"]
+    epsilon3, target, out_fraction = found["hyperparameters"]["noise_fraction"] * objective["epsilon"], 0.01, 0.6
+    epsilon1 = (1 - out_fraction) * target
+    cheap = forged(found, **{"hyperparameters.out_fraction": lambda _: out_fraction,
+                             "hyperparameters.noise_fraction": lambda _: epsilon3 / epsilon1 * (1 + 1e-9),
+                             "privacy_ledger.0.epsilon": lambda _: epsilon1, "epsilon_target": lambda _: target,
+                             "epsilon": lambda _: epsilon1 + output["epsilon"]})
+    assert cheap["epsilon"] < found["epsilon"] / 50
+    [problem] = problems_of(tmp_path, cheap)
+    assert problem.startswith("AMP's noise_fraction is ") and problem.endswith(", not in (0, 1)")
+
+
+def test_an_amp_record_whose_output_sensitivity_is_not_two_n_gamma_over_lambda_fails(tmp_path, genuine):
+    found = genuine[0]["amp"]
+    output = found["privacy_ledger"][1]
+    smaller = output["sensitivity"] / 100
+    epsilon = recompute._epsilon(dp_accounting.GaussianDpEvent(output["noise_std"] / smaller), output["delta"], "pld",
+                                 "add-remove")
+    cheap = forged(found, **{"privacy_ledger.1.sensitivity": lambda _: smaller, "privacy_ledger.1.epsilon":
+                             lambda _: epsilon, "epsilon": lambda value: value - output["epsilon"] + epsilon})
+    [problem] = problems_of(tmp_path, cheap)
+    assert problem.startswith("privacy_ledger[1] sensitivity 2nγ/Λ is ")
+
+
+def test_a_built_in_record_renamed_as_a_plugin_fails(tmp_path, genuine):
+    """Renamed, a built-in output perturbation's record escaped the built-in's sensitivity check (ε 1.0 claimed as
+    0.0065 with its sensitivities divided by 100) and stood on the board unmarked: its code still says built-in."""
+    found = genuine[0]["output_perturbation"]
+    ledger = copy.deepcopy(found["privacy_ledger"])
+    for entry in ledger:
+        entry["sensitivity"] /= 100
+        entry["epsilon"] = recompute._epsilon(dp_accounting.GaussianDpEvent(entry["noise_std"] / entry["sensitivity"]),
+                                              entry["delta"], "pld", "add-remove") * (1 + 1e-6)
+    epsilon = math.fsum(entry["epsilon"] for entry in ledger)
+    renamed = forged(found, method=lambda _: "output_perturbation_v2", privacy_ledger=lambda _: ledger,
+                     noise_multiplier=lambda _: ledger[0]["noise_std"] / ledger[0]["sensitivity"],
+                     epsilon=lambda _: epsilon, epsilon_target=lambda _: epsilon * 1.01)
+    assert epsilon < found["epsilon"] / 100
+    [problem] = problems_of(tmp_path, renamed)
+    assert problem == ("method 'output_perturbation_v2' with code of built-in 'output_perturbation': a built-in's "
+                       "record names it (a plugin's code says external)")
+    task = forged(genuine[0]["dpsgd"], task=lambda _: "digits_v2")
+    assert problems_of(tmp_path, task) == ["task 'digits_v2' with code of built-in 'digits': a built-in's record "
+                                           "names it (a plugin's code says external)"]
+
+
+def test_an_adaptive_record_charged_as_random_stopping_fails(tmp_path, genuine):
+    found = genuine[0]["tuned adaptive"]
+    poisson = {"name": "poisson", "mean": 1}
+    forgery = forged({**found, "tuning": {**found["tuning"], "k_distribution": None}},
+                     **{"tuning.k_distribution": lambda _: poisson, "tuning.config.k_distribution": lambda _: poisson})
+    tuned = forgery["tuning"]
+    orders = np.asarray(rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
+    total = rdp.rdp_privacy_accountant._compute_rdp_repeat_and_select(
+        orders, record_checks._trial_rdp(forgery, tuned, orders), 1, math.inf)
+    epsilon = float(rdp.compute_epsilon(orders, np.asarray(total), forgery["delta"])[0]) * (1 + 1e-6)
+    forgery = forged(forgery, epsilon=lambda _: epsilon, epsilon_target=lambda _: epsilon * 1.01)
+    assert epsilon < found["epsilon"] * 0.9  # two trials; the hidden part grows with N
+    [problem] = problems_of(tmp_path, forgery)
+    assert problem.startswith("tuning.trials is 2 and k_distribution {'name': 'poisson', 'mean': 1}: adaptive")
+
+
+def test_an_audit_that_failed_cannot_pass_by_claiming_more_than_its_run_spent(tmp_path, genuine):
+    """Every guess right (a leaking method's audit): a consistent failure, then `passed` by raising the claim."""
+    found = copy.deepcopy(genuine[0]["audit"])
+    significance = (1 - found["confidence"]) / len(found["guess_grid"])
+    for row in found["guess_grid"]:
+        row["correct"] = row["guesses"]
+        row["epsilon_lower_bound"] = audit.epsilon_lower_bound(found["canaries"], row["guesses"], row["correct"],
+                                                               found["delta"], significance)
+    best = max(found["guess_grid"], key=lambda row: row["epsilon_lower_bound"])
+    found.update(epsilon_lower_bound=best["epsilon_lower_bound"], guesses=best["guesses"], correct=best["correct"],
+                 score=best["score"], passed=False)
+    failed = records.seal({key: value for key, value in found.items() if key != "run_id"})
+    assert failed["epsilon_lower_bound"] > failed["epsilon_claimed"] and record_checks.check(failed) == []
+    claimed = forged(failed, epsilon_claimed=lambda _: failed["epsilon_lower_bound"] * 1.01, passed=lambda _: True)
+    [problem] = problems_of(tmp_path, claimed)
+    assert problem.startswith("epsilon_claimed ") and "is above the" in problem
+
+
+def test_a_tuned_record_marked_not_private_fails(tmp_path, genuine):
+    [problem] = problems_of(tmp_path, forged(genuine[0]["tuned random-stopping"], private=lambda _: False))
+    assert problem == "tuning.private is true but the record's private is False"

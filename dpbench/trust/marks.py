@@ -9,12 +9,12 @@ from typing import Any
 Key = tuple[str, str, str]  # (method code sha256, task, isolation: "in-process" | "process")
 
 #: The fields of a run that an audit's pass is tied to: what a plugin sees and can branch on.
-CONDITIONS = ("hyperparameters", "epsilon_target", "neighbouring", "data_id", "sampler", "noise")
+CONDITIONS = ("hyperparameters", "epsilon_target", "delta", "neighbouring", "data_id", "sampler", "noise")
 
 
 def settings_key(record: dict[str, Any]) -> str:
     """Canonical JSON of a run's (or an audit's run's) :data:`CONDITIONS`: its resolved hyperparameters, target ε,
-    neighbouring relation, data (an audit's without its canaries' suffix), sampler and noise sampler."""
+    δ (a larger δ lowers an audit's bound), neighbouring relation, data (an audit's without its canaries' suffix), sampler and noise sampler."""
     found = {name: record.get(name) for name in CONDITIONS}
     if record.get("kind") == "audit" and isinstance(found["data_id"], str):
         found["data_id"] = found["data_id"].removesuffix(f"+{record.get('canaries')}-audit-canaries")

@@ -34,6 +34,52 @@ def _builtin_task(record: dict[str, Any]) -> type | None:
     return _builtin_tasks().get(record["task"])
 
 
+def _options(task: type, record: dict[str, Any]) -> dict[str, Any]:
+    """The task options a record ran with (its hyperparameters hold them; a missing one has its default)."""
+    return {key: record["hyperparameters"].get(key, default) for key, default in task.options.items()}
+
+
+@functools.cache
+def _task_size(task_name: str, options: tuple) -> tuple[int, str] | str:
+    """(n, data_id) of a built-in task's training data on this machine, or why it cannot be loaded here (the
+    canonical sources of a mirror this machine lacks: any loader's error; n then goes unchecked, and is said so)."""
+    try:
+        data = _builtin_tasks()[task_name](**dict(options)).prepare(0)
+    except Exception as error:  # noqa: BLE001 — whatever stops the loader, n is reported as not checked
+        return f"its data cannot be loaded here ({type(error).__name__}: {str(error)[:120]})"
+    return data.n_train, data.data_id
+
+
+def check_n_train(record: dict[str, Any]) -> str | None:
+    """Refuse an ``n_train`` that is not the built-in task's training data on this machine (for a privately tuned
+    record, the training part its public split leaves: ``tuning.validation``'s fraction and split seed): q = B/n and
+    the plan's steps follow n, so ten times n with ten times the steps and a tenth of q passed every other check at a
+    fifth of the ε (hostile review of 26 November). Returns why n could not be checked (a plugin task, data not on
+    this machine or not the record's, a split from a secret seed), else None."""
+    task = _builtin_task(record)
+    if task is None:
+        return f"task {record['task']} is a plugin's"
+    found = _task_size(task.name, tuple(sorted(_options(task, record).items())))
+    if isinstance(found, str):
+        return found
+    n, data_id = found
+    if record["data_id"] != data_id and not record["data_id"].startswith(f"{data_id}+"):  # audits: "+m-...canaries"
+        return f"its data {record['data_id']!r} is not this machine's {data_id!r}"
+    tuning = record.get("tuning") or {}
+    if tuning.get("private"):
+        split = tuning["validation"]
+        seed = split["seed"] if split.get("split_seed") is None else split["split_seed"]
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            return "its validation split's coins are secret"
+        from dpbench.tuning.accounting import ValidationSplit  # the public split's coins, as the tuning drew them
+
+        n -= int(ValidationSplit(split["fraction"], seed, 0.0, 0, split_seed=split.get("split_seed")).mask(n).sum())
+    if record["n_train"] != n:
+        raise Mismatch(f"n_train is {record['n_train']!r}, but task {task.name}'s data {data_id} has {n} training "
+                       f"examples{' in its tuning split' if tuning.get('private') else ''}")
+    return None
+
+
 def _data_releases(record: dict[str, Any]) -> list[dp_accounting.DpEvent]:
     """The record's data releases (``data_release_events``), refused unless they are what its built-in task
     releases under the record's options (``Task.private_release_events``: e.g. mnist_mlp's DP-PCA with
@@ -43,8 +89,7 @@ def _data_releases(record: dict[str, Any]) -> list[dp_accounting.DpEvent]:
     task = _builtin_task(record)
     if task is None:
         return recorded
-    hp = record["hyperparameters"]
-    options = {key: hp.get(key, default) for key, default in task.options.items()}
+    options = _options(task, record)
     expected = list(task.private_release_events(options))
     if recorded != expected:
         raise Mismatch(f"its data releases are {recorded}, but task {task.name} with options {options} releases "

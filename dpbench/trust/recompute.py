@@ -34,6 +34,18 @@ def _number(recorded: Any, recomputed: float, what: str) -> None:
         raise Mismatch(f"{what} is {recorded!r}, recomputed {recomputed:.10g}")
 
 
+def _check_positive(value: Any, what: str) -> None:
+    """A finite number > 0 (NaN compares false with everything, so a NaN target or σ would pass every check)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise Mismatch(f"{what} is {value!r}, not a finite number > 0")
+
+
+def _check_delta(delta: Any, what: str = "delta") -> None:
+    """δ a real number in (0, 1): at δ ≥ 1 every mechanism is (0, δ)-DP, and a bool is no δ."""
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
+        raise Mismatch(f"{what} is {delta!r}, not a number in (0, 1)")
+
+
 def _close(recomputed: float, recorded: Any, what: str) -> None:
     _number(recorded, recomputed, what)
     if not math.isclose(recomputed, recorded, rel_tol=TOLERANCE, abs_tol=1e-12):

@@ -1,11 +1,13 @@
-"""What is wrong with one record: its content hash, ledger version and coins, and its privacy by kind (gradient
-runs, tuned records, release methods' ledgers, audits), recomputed without the engine's accounting code; a
-converged non-private reference's selection, from its own fields."""
+"""What is wrong with one record: its content hash, ledger version, coins and code, and its privacy by its method's
+kind (gradient runs, tuned records, release methods' ledgers in :mod:`dpbench.trust.release_checks`, audits),
+recomputed without the engine's accounting code; a converged non-private reference's selection, from its own
+fields."""
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import dp_accounting
@@ -17,8 +19,10 @@ from dpbench.method import ReleaseMethod
 from dpbench.results.records import LEDGER_VERSION
 from dpbench.trust import audit
 from dpbench.trust.canaries import OBSERVERS
-from dpbench.trust.plan_checks import _builtin, _builtin_task, _classifiers, _plan, _run_event, _training_event
-from dpbench.trust.recompute import TOLERANCE, Mismatch, _at_least, _close, _epsilon, _error, _rdp, _rdp_error
+from dpbench.trust.plan_checks import _builtin, _builtin_task, _options, _plan, _run_event, _training_event, check_n_train
+from dpbench.trust.recompute import (Mismatch, _at_least, _check_delta, _check_positive, _close, _epsilon, _error, _rdp,
+                                     _rdp_error)
+from dpbench.trust.release_checks import _check_output_sensitivities, _output_classifiers, check_release
 
 
 def content_id(record: dict[str, Any]) -> str:
@@ -27,7 +31,9 @@ def content_id(record: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _check_gradient_run(record: dict[str, Any], epsilon_key: str = "epsilon") -> None:
+def _check_gradient_run(record: dict[str, Any], epsilon_key: str = "epsilon") -> tuple[float, Callable[..., float]]:
+    """Its ε (``epsilon_key``) at least what its plan's event spent, within the accountant's error, and that not
+    above its target; returns (the ε spent, the accountant's error)."""
     if not record.get("noise_multiplier", 0) > 0:
         raise Mismatch(f"noise multiplier {record.get('noise_multiplier')!r} is not positive")
     relation = record.get("neighbouring") or ("add-remove" if record["sampler"] == "poisson" else "replace-one")
@@ -39,6 +45,7 @@ def _check_gradient_run(record: dict[str, Any], epsilon_key: str = "epsilon") ->
     target = record.get("epsilon_target")
     if target is not None and spent > target * (1 + 1e-9) and spent - error() > target * (1 + 1e-9):
         raise Mismatch(f"spent ε {spent:.10g} exceeds the target {target}")
+    return spent, error
 
 
 def _trial_rdp(record: dict[str, Any], tuned: dict[str, Any], orders: np.ndarray) -> np.ndarray:
@@ -87,9 +94,16 @@ def _check_tuned(record: dict[str, Any]) -> None:
     if tuned["per_trial_delta"] > record["delta"]:
         raise Mismatch(f"tuning.per_trial_delta {tuned['per_trial_delta']} exceeds the whole tuning's δ "
                        f"{record['delta']}")
-    if "k_distribution" not in tuned and (isinstance(tuned.get("trials"), bool) or
-                                          not isinstance(tuned.get("trials"), int) or tuned["trials"] < 1):
-        raise Mismatch(f"tuning.trials is {tuned.get('trials')!r}, not a whole number of trials ≥ 1")
+    # The mode decides the analysis: random stopping's repeat-and-select for a random K, N-fold composition for N
+    # adaptive trials. An adaptive record given a K distribution was charged as one random-stopping draw.
+    random_k = tuned["mode"] == "random-stopping"
+    if random_k and (not isinstance(tuned.get("k_distribution"), dict) or tuned.get("trials") is not None):
+        raise Mismatch(f"a random-stopping record with k_distribution {tuned.get('k_distribution')!r} and trials "
+                       f"{tuned.get('trials')!r}: its K is random (a distribution, no fixed count)")
+    if not random_k and (tuned.get("k_distribution") is not None or isinstance(tuned.get("trials"), bool)
+                         or not isinstance(tuned.get("trials"), int) or tuned["trials"] < 1):
+        raise Mismatch(f"tuning.trials is {tuned.get('trials')!r} and k_distribution {tuned.get('k_distribution')!r}: "
+                       f"adaptive tuning composes a whole number ≥ 1 of trials, with no K distribution")
     orders = np.asarray(rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
     trial = _trial_rdp(record, tuned, orders)
     per_trial = float(rdp.compute_epsilon(orders, trial, tuned["per_trial_delta"])[0])
@@ -98,7 +112,7 @@ def _check_tuned(record: dict[str, Any]) -> None:
         if (tuned.get("config") or {}).get(key) != tuned.get(key):
             raise Mismatch(f"tuning.{key} is {tuned.get(key)!r} but tuning.config.{key} is "
                            f"{(tuned.get('config') or {}).get(key)!r}")
-    if "k_distribution" in tuned:
+    if random_k:
         distribution = tuned["k_distribution"]
         shape = math.inf if distribution["name"] == "poisson" else float(distribution["eta"])
         total = np.asarray(rdp.rdp_privacy_accountant._compute_rdp_repeat_and_select(
@@ -136,97 +150,9 @@ def _check_tuned_gradient_trials(record: dict[str, Any]) -> None:
     if method is not None and method.correlation(hp) is not None:
         raise Mismatch(f"{method.name} with its hyperparameters adds correlated noise, which private tuning does "
                        f"not charge")
-    if task is not None and tuple(task.private_release_events(
-            {key: hp.get(key, default) for key, default in task.options.items()})):
+    if task is not None and tuple(task.private_release_events(_options(task, record))):
         raise Mismatch(f"task {task.name} with its options releases statistics of its data before training, which "
                        f"private tuning does not charge")
-
-
-def _amp_noise_fraction(record: dict[str, Any], epsilon_k: float) -> float:
-    if record["method"] == "amp_nt":
-        fraction = min(0.88671 + 0.0186607 / epsilon_k**0.372906, 0.99)
-        return max(fraction, 1 - 1 / epsilon_k + 0.001)
-    return record["hyperparameters"]["noise_fraction"]
-
-
-def _amp_out_fraction(record: dict[str, Any]) -> float:
-    return 0.01 if record["method"] == "amp_nt" else record["hyperparameters"]["out_fraction"]
-
-
-def _amp_classifiers(record: dict[str, Any]) -> None:
-    """AMP's ledger: one objective and one output part per classifier
-    (:func:`~dpbench.trust.plan_checks._classifiers`), each classifier's budget ε/K (checked per part by the
-    caller)."""
-    parts = {"objective perturbation b1": [], "output noise b2": []}
-    for entry in record["privacy_ledger"]:
-        head, _, suffix = entry["what"].partition(", classifier ")
-        if head not in parts:
-            raise Mismatch(f"an AMP ledger part {entry['what']!r} verify does not know")
-        parts[head].append(suffix and f", classifier {suffix}")
-    for what, found in parts.items():
-        _classifiers(record, found, what)
-
-
-def _output_classifiers(record: dict[str, Any]) -> None:
-    """The built-in output perturbation's ledger: one output-noise part per classifier
-    (:func:`~dpbench.trust.plan_checks._classifiers`)."""
-    if record["method"] == "output_perturbation":
-        _classifiers(record, [entry["what"].removeprefix("output noise") for entry in record["privacy_ledger"]],
-                     "output noise")
-
-
-def _check_output_sensitivities(record: dict[str, Any]) -> None:
-    """The built-in output perturbation's sensitivity, re-derived from its hyperparameters (Wu et al.: 2kLη/b
-    convex, 2(L + λR)/(λn) strongly convex), for each output-noise part of its ledger."""
-    if record["method"] != "output_perturbation":
-        return
-    hp, n = record["hyperparameters"], record["n_train"]
-    lipschitz = hp["input_norm"]
-    lr = hp["lr"]
-    if lr is None and hp["variant"] == "convex":  # the default step R/(L·√T), T = k·⌈n/b⌉ updates
-        lr = hp["radius"] / (lipschitz * math.sqrt(hp["epochs"] * math.ceil(n / hp["batch_size"])))
-    expected = (2 * hp["epochs"] * lipschitz * lr / hp["batch_size"] if hp["variant"] == "convex"
-                else 2 * (lipschitz + hp["regularization"] * hp["radius"]) / (hp["regularization"] * n))
-    for index, entry in enumerate(record["privacy_ledger"]):
-        if entry["what"].startswith("output noise"):
-            _close(expected, entry["sensitivity"], f"privacy_ledger[{index}] sensitivity (Wu et al.)")
-
-
-def _check_release(record: dict[str, Any]) -> None:
-    ledger = record["privacy_ledger"]
-    _close(math.fsum(entry["epsilon"] for entry in ledger), record["epsilon"], "epsilon (sum of the ledger)")
-    _close(math.fsum(entry["delta"] for entry in ledger), record["delta"], "delta (sum of the ledger)")
-    _close(ledger[0]["noise_std"] / ledger[0]["sensitivity"], record["noise_multiplier"], "noise_multiplier")
-    if record["epsilon"] > record["epsilon_target"] * (1 + 1e-9):
-        raise Mismatch(f"spent ε {record['epsilon']} exceeds the target {record['epsilon_target']}")
-    hp, n = record["hyperparameters"], record["n_train"]
-    objective = [entry for entry in ledger if entry["what"].startswith("objective perturbation")]
-    if record["method"] in ("amp", "amp_nt"):
-        _amp_classifiers(record)
-    _check_output_sensitivities(record)
-    for index, entry in enumerate(ledger):
-        what = f"privacy_ledger[{index}] ({entry['what']})"
-        if entry["what"].startswith("output noise"):
-            event = dp_accounting.GaussianDpEvent(entry["noise_std"] / entry["sensitivity"])
-            _at_least(_epsilon(event, entry["delta"], "pld", "add-remove"), entry["epsilon"], f"{what} epsilon",
-                      _error(event, entry["delta"], "pld", "add-remove"))
-        elif entry in objective and record["method"] in ("amp", "amp_nt"):
-            lipschitz = 1.0 if record["method"] == "amp_nt" else hp["input_norm"]
-            _close(2 * lipschitz / n, entry["sensitivity"], f"{what} sensitivity 2L/n")
-            epsilon_k = record["epsilon_target"] / len(objective)
-            _close((1 - _amp_out_fraction(record)) * epsilon_k, entry["epsilon"], f"{what} epsilon (ε1 of ε/K)")
-            epsilon_noise = _amp_noise_fraction(record, epsilon_k) * entry["epsilon"]
-            needed = entry["sensitivity"] * (1 + math.sqrt(2 * math.log(1 / entry["delta"]))) / epsilon_noise
-            if entry["noise_std"] < needed * (1 - TOLERANCE):
-                raise Mismatch(f"{what}: noise std {entry['noise_std']:.6g} is below the {needed:.6g} that "
-                               f"AMP's theorem needs for ε1 = {entry['epsilon']}")
-            mu = entry["sensitivity"] / entry["noise_std"]  # the proof's tail bound (dpbench.release.mechanisms.AMPCalibration)
-            if 0.5 * math.erfc((epsilon_noise / mu - mu / 2) / math.sqrt(2)) > entry["delta"] * (1 + TOLERANCE):
-                raise Mismatch(f"{what}: b1's privacy loss exceeds ε3 = {epsilon_noise:.6g} with probability above "
-                               f"δ1 = {entry['delta']:.6g}")
-        else:
-            raise Mismatch(f"{what} is a release verify cannot recompute")
-    _output_classifiers(record)
 
 
 def _check_reference(record: dict[str, Any]) -> None:
@@ -259,7 +185,11 @@ def _check_reference(record: dict[str, Any]) -> None:
 
 
 def _check_audit(record: dict[str, Any]) -> None:
-    _check_gradient_run(record, "epsilon_claimed")
+    spent, error = _check_gradient_run(record, "epsilon_claimed")
+    excess = record["epsilon_claimed"] - spent  # `passed` compares the bound with the claim: the claim is the spent ε
+    if excess > 0 and excess > error(beyond=excess):
+        raise Mismatch(f"epsilon_claimed {record['epsilon_claimed']!r} is above the {spent:.10g} its run spent: "
+                       f"an audit claims what its run spent, no more (a larger claim turns a failure into a pass)")
     rows = record["guess_grid"]
     if record["confidence"] != audit.CONFIDENCE:  # a higher confidence lowers every bound
         raise Mismatch(f"confidence {record['confidence']!r}, not the audit's {audit.CONFIDENCE}")
@@ -285,18 +215,6 @@ def _check_audit(record: dict[str, Any]) -> None:
 PRIVATE_MODES = ("random-stopping", "adaptive")  # dpbench.tuning: the modes whose records charge the tuning
 
 
-def _check_positive(value: Any, what: str) -> None:
-    """A finite number > 0 (NaN compares false with everything, so a NaN target or σ would pass every check)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
-        raise Mismatch(f"{what} is {value!r}, not a finite number > 0")
-
-
-def _check_delta(delta: Any, what: str = "delta") -> None:
-    """δ a real number in (0, 1): at δ ≥ 1 every mechanism is (0, δ)-DP, and a bool is no δ."""
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
-        raise Mismatch(f"{what} is {delta!r}, not a number in (0, 1)")
-
-
 def _check_delta_below_one_over_n(record: dict[str, Any]) -> None:
     """δ < 1/n, as the engine requires unless run with ``--force-delta``, which the record then says
     (``delta_forced``): at δ ≥ 1/n a mechanism may publish an example outright."""
@@ -304,6 +222,17 @@ def _check_delta_below_one_over_n(record: dict[str, Any]) -> None:
     if record["delta"] >= 1 / n and not record.get("delta_forced"):
         raise Mismatch(f"delta {record['delta']:g} is not below 1/n = {1 / n:g} (n_train {n}), and the record does "
                        f"not say it was forced (--force-delta)")
+
+
+def _check_code(record: dict[str, Any]) -> None:
+    """A record whose code says built-in (``code.method.external`` not true) names a built-in method, the one of its
+    code (and so for its task): renamed, it escaped every built-in's check (verify knows a plugin by name only) and
+    stood on the board as built-in, unmarked (hostile review of 27 November)."""
+    for kind, builtin in (("method", _builtin), ("task", _builtin_task)):
+        code = (record.get("code") or {}).get(kind) or {}
+        if code.get("external") is not True and (builtin(record) is None or code.get("name") != record[kind]):
+            raise Mismatch(f"{kind} {record[kind]!r} with code of built-in {code.get('name')!r}: a built-in's record "
+                           f"names it (a plugin's code says external)")
 
 
 def _check_kind(record: dict[str, Any]) -> None:
@@ -323,8 +252,9 @@ def _check_kind(record: dict[str, Any]) -> None:
                        f"{record.get('isolation')!r}: a release method releases no gradient and runs in process")
 
 
-def check(record: dict[str, Any]) -> list[str]:
-    """What is wrong with one record (empty: nothing)."""
+def check(record: dict[str, Any], unchecked: list[str] | None = None) -> list[str]:
+    """What is wrong with one record (empty: nothing); why its ``n_train`` could not be tied to its task's data, if
+    so, is appended to ``unchecked``."""
     problems = []
     if record["run_id"] != content_id(record):
         problems.append(f"run_id {record['run_id']} is not the content hash {content_id(record)}")
@@ -341,7 +271,10 @@ def check(record: dict[str, Any]) -> list[str]:
         if tuning.get("mode") in PRIVATE_MODES and not tuning.get("private"):
             raise Mismatch(f"a {tuning['mode']} record whose tuning.private is {tuning.get('private')!r}: its ε "
                            "would be checked as one trial's, not the whole tuning's")
+        if tuning.get("private") and record.get("private") is not True:
+            raise Mismatch(f"tuning.private is true but the record's private is {record.get('private')!r}")
         if record.get("kind") == "audit" or record.get("private", True):
+            _check_code(record)
             _check_delta(record.get("delta"))
             _check_delta_below_one_over_n(record)
             _check_kind(record)
@@ -358,9 +291,13 @@ def check(record: dict[str, Any]) -> list[str]:
                 raise Mismatch(f"a non-private run with ε {record.get('epsilon')} and σ "
                                f"{record.get('noise_multiplier')}")
         elif "privacy_ledger" in record:
-            _check_release(record)
+            check_release(record)
         else:
             _check_gradient_run(record)
+        if record.get("kind") == "audit" or record.get("private", True):  # last: its checks assume the branch's
+            reason = check_n_train(record)
+            if reason is not None and unchecked is not None:
+                unchecked.append(reason)
     except Mismatch as error:
         problems.append(str(error))
     except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError, OverflowError,

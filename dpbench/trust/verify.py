@@ -8,6 +8,9 @@ For every record (one JSON object per line):
 * the branch: a record is checked as its method's kind (a built-in gradient method's record with a release
   ledger, or a release method's without one, is refused; a plugin's ledger must come without noisy gradients and
   isolation), and δ must lie in (0, 1) and below 1/n unless the record says it was forced (``delta_forced``);
+* n: a built-in task's record must have the task's training examples on this machine (a privately tuned record:
+  those its public validation split leaves), since q and the plan's steps follow n; where that cannot be checked
+  (a plugin task, data not here or not the record's, a secret split) a line on stderr says how many and why;
 * ε, recomputed from the record's mechanism fields with dp-accounting directly (the events are built by
   :mod:`dpbench.trust.recompute`, not by ``dpbench.privacy.accounting``), and compared one-sidedly with the
   record's: a record may state more ε than recomputed, never less by more than the accountant's numerical error
@@ -65,6 +68,8 @@ Records trained as a batch of seeds (``clipping: multiseed``) are rerun as that 
 from __future__ import annotations
 
 import json
+import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -99,8 +104,14 @@ def load(path: str) -> list[dict[str, Any]]:
 def verify(path: str, rerun_count: int = 0, seed: int = 0) -> tuple[int, list[str]]:
     """(number of records, the list of mismatches, each prefixed by its line's run id)."""
     records = load(path)
+    unchecked: list[str] = []
     problems = [f"{record['run_id']} ({record['method']} on {record['task']}, seed {record.get('seed')}): {problem}"
-                for record in records for problem in check(record)]
+                for record in records for problem in check(record, unchecked)]
+    if unchecked:
+        reasons = Counter(unchecked)
+        print(f"{len(unchecked)} record(s) whose n_train is not tied to their task's data here, so that only a rerun "
+              f"checks their q and steps: " + "; ".join(f"{count}: {reason}" for reason, count in reasons.most_common()),
+              file=sys.stderr)
     if rerun_count:
         problems += rerun(records, rerun_count, seed)
     return len(records), problems

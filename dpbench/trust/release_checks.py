@@ -1,0 +1,131 @@
+"""The checks of a release method's record (output perturbation, AMP): its ``privacy_ledger`` part by part, each
+output-noise part's ε recomputed, the built-in output perturbation's sensitivity and AMP's budget split re-derived
+from their papers, one part per one-vs-all classifier."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import dp_accounting
+
+from dpbench.trust.plan_checks import _classifiers
+from dpbench.trust.recompute import TOLERANCE, Mismatch, _at_least, _check_positive, _close, _epsilon, _error
+
+
+def _amp_noise_fraction(record: dict[str, Any], epsilon_k: float) -> float:
+    if record["method"] == "amp_nt":
+        fraction = min(0.88671 + 0.0186607 / epsilon_k**0.372906, 0.99)
+        return max(fraction, 1 - 1 / epsilon_k + 0.001)
+    return record["hyperparameters"]["noise_fraction"]
+
+
+def _amp_out_fraction(record: dict[str, Any]) -> float:
+    return 0.01 if record["method"] == "amp_nt" else record["hyperparameters"]["out_fraction"]
+
+
+def _check_amp_split(record: dict[str, Any]) -> None:
+    """AMP's budget split and regularization, re-derived for each classifier's (ε/K, δ/K) (Iyengar et al. 2019,
+    Algorithm 1 lines 1–3 and 6, as :class:`dpbench.release.mechanisms.AMPCalibration` reads them): both fractions
+    in (0, 1) (a noise fraction above 1 let a record state ε1 below the ε3 its noise pays for: hostile review of 27
+    November), ε1 − ε3 in (0, 1), Λ = rβ/(ε1 − ε3) with the benchmark's r = 2 and β = L², and each output part's
+    δ2 = f_out·δ/K and sensitivity Δ2 = 2nγ/Λ (γ = ``gamma_n2``/n², AMP-NT's 1/n²), from which its ε is then
+    recomputed; each objective part's δ1 = (1 − f_out)·δ/K."""
+    hp, n, ledger = record["hyperparameters"], record["n_train"], record["privacy_ledger"]
+    objective = [entry for entry in ledger if entry["what"].startswith("objective perturbation")]
+    epsilon_k, delta_k = record["epsilon_target"] / len(objective), record["delta"] / len(objective)
+    noise, out = _amp_noise_fraction(record, epsilon_k), _amp_out_fraction(record)
+    for what, value in (("noise_fraction", noise), ("out_fraction", out)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+            raise Mismatch(f"AMP's {what} is {value!r}, not in (0, 1)")
+    lipschitz = 1.0 if record["method"] == "amp_nt" else hp["input_norm"]
+    _check_positive(lipschitz, "input_norm")
+    gamma = 1 / n**2 if record["method"] == "amp_nt" else hp["gamma_n2"] / n**2
+    _check_positive(gamma, "γ")
+    epsilon_objective = (1 - out) * epsilon_k
+    curvature = epsilon_objective - noise * epsilon_objective
+    if not 0 < curvature < 1:
+        raise Mismatch(f"AMP's ε1 − ε3 = {curvature:g}, not in (0, 1)")
+    out_sensitivity = 2 * n * gamma / (2 * lipschitz**2 / curvature)
+    for index, entry in enumerate(ledger):
+        output = entry["what"].startswith("output noise")
+        _close((out if output else 1 - out) * delta_k, entry["delta"], f"privacy_ledger[{index}] delta")
+        if output:
+            _close(out_sensitivity, entry["sensitivity"], f"privacy_ledger[{index}] sensitivity 2nγ/Λ")
+
+
+def _amp_classifiers(record: dict[str, Any]) -> None:
+    """AMP's ledger: one objective and one output part per classifier
+    (:func:`~dpbench.trust.plan_checks._classifiers`), each classifier's budget ε/K (checked per part by the
+    caller)."""
+    parts = {"objective perturbation b1": [], "output noise b2": []}
+    for entry in record["privacy_ledger"]:
+        head, _, suffix = entry["what"].partition(", classifier ")
+        if head not in parts:
+            raise Mismatch(f"an AMP ledger part {entry['what']!r} verify does not know")
+        parts[head].append(suffix and f", classifier {suffix}")
+    for what, found in parts.items():
+        _classifiers(record, found, what)
+
+
+def _output_classifiers(record: dict[str, Any]) -> None:
+    """The built-in output perturbation's ledger: one output-noise part per classifier
+    (:func:`~dpbench.trust.plan_checks._classifiers`)."""
+    if record["method"] == "output_perturbation":
+        _classifiers(record, [entry["what"].removeprefix("output noise") for entry in record["privacy_ledger"]],
+                     "output noise")
+
+
+def _check_output_sensitivities(record: dict[str, Any]) -> None:
+    """The built-in output perturbation's sensitivity, re-derived from its hyperparameters (Wu et al.: 2kLη/b
+    convex, 2(L + λR)/(λn) strongly convex), for each output-noise part of its ledger."""
+    if record["method"] != "output_perturbation":
+        return
+    hp, n = record["hyperparameters"], record["n_train"]
+    lipschitz = hp["input_norm"]
+    lr = hp["lr"]
+    if lr is None and hp["variant"] == "convex":  # the default step R/(L·√T), T = k·⌈n/b⌉ updates
+        lr = hp["radius"] / (lipschitz * math.sqrt(hp["epochs"] * math.ceil(n / hp["batch_size"])))
+    expected = (2 * hp["epochs"] * lipschitz * lr / hp["batch_size"] if hp["variant"] == "convex"
+                else 2 * (lipschitz + hp["regularization"] * hp["radius"]) / (hp["regularization"] * n))
+    for index, entry in enumerate(record["privacy_ledger"]):
+        if entry["what"].startswith("output noise"):
+            _close(expected, entry["sensitivity"], f"privacy_ledger[{index}] sensitivity (Wu et al.)")
+
+
+def check_release(record: dict[str, Any]) -> None:
+    ledger = record["privacy_ledger"]
+    _close(math.fsum(entry["epsilon"] for entry in ledger), record["epsilon"], "epsilon (sum of the ledger)")
+    _close(math.fsum(entry["delta"] for entry in ledger), record["delta"], "delta (sum of the ledger)")
+    _close(ledger[0]["noise_std"] / ledger[0]["sensitivity"], record["noise_multiplier"], "noise_multiplier")
+    if record["epsilon"] > record["epsilon_target"] * (1 + 1e-9):
+        raise Mismatch(f"spent ε {record['epsilon']} exceeds the target {record['epsilon_target']}")
+    hp, n = record["hyperparameters"], record["n_train"]
+    objective = [entry for entry in ledger if entry["what"].startswith("objective perturbation")]
+    if record["method"] in ("amp", "amp_nt"):
+        _amp_classifiers(record)
+    _check_output_sensitivities(record)
+    for index, entry in enumerate(ledger):
+        what = f"privacy_ledger[{index}] ({entry['what']})"
+        if entry["what"].startswith("output noise"):
+            event = dp_accounting.GaussianDpEvent(entry["noise_std"] / entry["sensitivity"])
+            _at_least(_epsilon(event, entry["delta"], "pld", "add-remove"), entry["epsilon"], f"{what} epsilon",
+                      _error(event, entry["delta"], "pld", "add-remove"))
+        elif entry in objective and record["method"] in ("amp", "amp_nt"):
+            lipschitz = 1.0 if record["method"] == "amp_nt" else hp["input_norm"]
+            _close(2 * lipschitz / n, entry["sensitivity"], f"{what} sensitivity 2L/n")
+            epsilon_k = record["epsilon_target"] / len(objective)
+            _close((1 - _amp_out_fraction(record)) * epsilon_k, entry["epsilon"], f"{what} epsilon (ε1 of ε/K)")
+            epsilon_noise = _amp_noise_fraction(record, epsilon_k) * entry["epsilon"]
+            needed = entry["sensitivity"] * (1 + math.sqrt(2 * math.log(1 / entry["delta"]))) / epsilon_noise
+            if entry["noise_std"] < needed * (1 - TOLERANCE):
+                raise Mismatch(f"{what}: noise std {entry['noise_std']:.6g} is below the {needed:.6g} that "
+                               f"AMP's theorem needs for ε1 = {entry['epsilon']}")
+            mu = entry["sensitivity"] / entry["noise_std"]  # the proof's tail bound (dpbench.release.mechanisms.AMPCalibration)
+            if 0.5 * math.erfc((epsilon_noise / mu - mu / 2) / math.sqrt(2)) > entry["delta"] * (1 + TOLERANCE):
+                raise Mismatch(f"{what}: b1's privacy loss exceeds ε3 = {epsilon_noise:.6g} with probability above "
+                               f"δ1 = {entry['delta']:.6g}")
+        else:
+            raise Mismatch(f"{what} is a release verify cannot recompute")
+    _output_classifiers(record)
+    if record["method"] in ("amp", "amp_nt"):
+        _check_amp_split(record)
