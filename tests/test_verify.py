@@ -317,7 +317,8 @@ def test_a_run_without_noise_fails_even_at_infinite_epsilon(tmp_path, genuine):
 
 def test_tuned_records_refuse_another_relation_and_cheaper_score_noise(tmp_path, genuine):
     relation = forged(genuine[0]["tuned output_perturbation"], neighbouring=lambda _: "add-remove")
-    assert problems_of(tmp_path, relation) == ["neighbouring is 'add-remove' but tuning's is 'replace-one'"]
+    assert problems_of(tmp_path, relation) == [
+        "neighbouring is 'add-remove', but output_perturbation's analysis holds under replace-one only"]
     cheap = forged(genuine[0]["tuned random-stopping"], **{"tuning.validation.noise_multiplier": lambda v: v / 2})
     assert problems_of(tmp_path, cheap) == [
         f"score noise σ_v = {cheap['tuning']['validation']['noise_multiplier']} costs more than the trial's "
@@ -824,3 +825,92 @@ def test_an_audit_that_failed_cannot_pass_by_claiming_more_than_its_run_spent(tm
 def test_a_tuned_record_marked_not_private_fails(tmp_path, genuine):
     [problem] = problems_of(tmp_path, forged(genuine[0]["tuned random-stopping"], private=lambda _: False))
     assert problem == "tuning.private is true but the record's private is False"
+
+
+# --- found by the hostile review of 27 November (second round): each forged record passed verify at 053d92a -------
+
+def test_a_privately_tuned_amp_record_fails(tmp_path, genuine):
+    """AMP cannot be tuned privately (no RDP curve): a record charging its parts as Gaussian output trials, their
+    sensitivities chosen freely, claimed 0.15 for a tuning whose every trial spent 0.995."""
+    amp, tuned, sigma = genuine[0]["amp"], genuine[0]["tuned output_perturbation"], 50.0
+    tuning = copy.deepcopy(tuned["tuning"])
+    tuning.update(gradient_evaluations=2, noise_multiplier=sigma)
+    tuning["validation"]["noise_multiplier"] = sigma
+    orders = np.asarray(rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
+    trial = 2 * orders / (2 * sigma**2)
+    tuning["per_trial_epsilon"] = float(rdp.compute_epsilon(orders, trial, tuning["per_trial_delta"])[0])
+    total = np.asarray(rdp.rdp_privacy_accountant._compute_rdp_repeat_and_select(orders, trial, 2.0, 0.0))
+    ledger = [{**entry, "sensitivity": entry["noise_std"] / sigma} for entry in amp["privacy_ledger"]]
+    forgery = forged({**amp, "tuning": tuning, "privacy_ledger": ledger, "n_train": tuned["n_train"],
+                      "epsilon": float(rdp.compute_epsilon(orders, total, amp["delta"])[0])})
+    assert forgery["epsilon"] < amp["epsilon"] / 5
+    assert problems_of(tmp_path, forgery) == [
+        "amp cannot be tuned privately (dpbench tune refuses it), but the record is"]
+
+
+def test_a_nonprivate_methods_record_marked_private_fails(tmp_path, genuine):
+    found, dpsgd = genuine[0]["nonprivate"], genuine[0]["rdp"]
+    fields = ("private", "epsilon", "epsilon_target", "delta", "noise_multiplier", "sample_rate", "steps",
+              "gradient_evaluations", "accountant", "sampler", "neighbouring", "noise")
+    forgery = forged({**found, **{key: dpsgd[key] for key in fields}})
+    assert problems_of(tmp_path, forgery)[0] == "private is True, but nonprivate is not private"
+
+
+def test_task_options_the_task_rejects_fail(tmp_path, genuine):
+    """``network="adaclip "`` read as "not adaclip" and dropped mnist_mlp's DP-PCA from the charge."""
+    forgery = forged(genuine[0]["rdp"], task=lambda _: "mnist_mlp", **{"code.task.name": lambda _: "mnist_mlp"},
+                     hyperparameters=lambda hp: {**hp, "network": "adaclip ", "pca_noise_multiplier": 7.0})
+    [problem] = problems_of(tmp_path, forgery)
+    assert problem.startswith("task mnist_mlp rejects its options") and "network must be one of" in problem
+
+
+def test_a_secret_split_still_bounds_n_train(tmp_path, genuine):
+    found = genuine[0]["tuned random-stopping"]
+    secret = forged(found, **{"tuning.validation.seed": lambda _: "secret", "tuning.validation.split_seed":
+                              lambda _: None})
+    unchecked = []
+    assert record_checks.check(secret, unchecked) == [] and unchecked[0].startswith("its validation split's coins")
+    grown = forged(secret, n_train=lambda n: 10 * n)  # q and the counts would follow: the n check alone decides
+    with pytest.raises(recompute.Mismatch, match=f"n_train is {10 * found['n_train']}, but a split holding out 0.1 "
+                                                 f"of task digits's 1437 examples leaves 1293 ± "):
+        plan_checks.check_n_train(grown)
+
+
+def test_an_unknown_tuning_mode_fails(tmp_path, genuine):
+    """An unknown mode with ``private: false`` was checked as one run, and the board labelled the row by it."""
+    found = genuine[0]["tuned random-stopping"]
+    batch, epochs, n = found["hyperparameters"]["batch_size"], found["hyperparameters"]["epochs"], 1437
+    steps = epochs * round(n / batch)
+    forgery = forged(found, **{"tuning.mode": lambda _: "random stopping", "tuning.private": lambda _: False},
+                     n_train=lambda _: n, sample_rate=lambda _: batch / n, steps=lambda _: steps,
+                     gradient_evaluations=lambda _: steps)
+    one_run = recompute._epsilon(plan_checks._run_event(forgery), forgery["delta"], forgery["accountant"],
+                                 forgery["neighbouring"])
+    forgery = forged(forgery, epsilon=lambda _: one_run)
+    assert one_run < found["epsilon"] * 0.9
+    assert problems_of(tmp_path, forgery) == [
+        "tuning mode 'random stopping' is none of ('random-stopping', 'adaptive', 'oracle', 'validation', "
+        "'reference')"]
+
+
+@pytest.mark.parametrize("kind", ["output_perturbation", "amp"])
+def test_a_release_record_relabelled_add_remove_fails(tmp_path, genuine, kind):
+    forgery = forged(genuine[0][kind], neighbouring=lambda _: "add-remove")
+    assert problems_of(tmp_path, forgery) == [
+        f"neighbouring is 'add-remove', but {kind}'s analysis holds under replace-one only"]
+    entry = forged(genuine[0][kind], **{"privacy_ledger.0.neighbours": lambda _: "add-remove"})
+    assert problems_of(tmp_path, entry) == [
+        "privacy_ledger[0] is accounted under 'add-remove' neighbours, the record under 'replace-one'"]
+
+
+def test_an_output_perturbation_variant_of_another_name_fails(tmp_path, genuine):
+    """Any other name got the strongly convex formula (defence in depth: at the defaults that sensitivity is larger,
+    so the old verify refused this record by its ε instead)."""
+    found = genuine[0]["output_perturbation"]
+    hp, n = found["hyperparameters"], found["n_train"]
+    sensitivity = 2 * (hp["input_norm"] + hp["regularization"] * hp["radius"]) / (hp["regularization"] * n)
+    ledger = [{**entry, "sensitivity": sensitivity} for entry in found["privacy_ledger"]]
+    forgery = forged({**found, "privacy_ledger": ledger}, **{"hyperparameters.variant": lambda _: "convex2"},
+                     noise_multiplier=lambda _: ledger[0]["noise_std"] / sensitivity)
+    assert problems_of(tmp_path, forgery)[0] == (
+        "output perturbation's variant 'convex2' is neither convex nor strongly_convex")

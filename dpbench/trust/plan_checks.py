@@ -3,6 +3,7 @@ its data releases, its classifiers, its gradient run's DpEvent), refused where t
 from __future__ import annotations
 
 import functools
+import json
 import math
 from typing import Any
 
@@ -35,16 +36,32 @@ def _builtin_task(record: dict[str, Any]) -> type | None:
 
 
 def _options(task: type, record: dict[str, Any]) -> dict[str, Any]:
-    """The task options a record ran with (its hyperparameters hold them; a missing one has its default)."""
-    return {key: record["hyperparameters"].get(key, default) for key, default in task.options.items()}
+    """The task options a record ran with (its hyperparameters hold them; a missing one has its default), refused
+    unless the task accepts them: an option the task would reject (``network="adaclip "``) read as "not adaclip" and
+    dropped the DP-PCA it releases (hostile review of 27 November)."""
+    options = {key: record["hyperparameters"].get(key, default) for key, default in task.options.items()}
+    problem = _rejected(task.name, json.dumps(options, sort_keys=True))
+    if problem is not None:
+        raise Mismatch(f"task {task.name} rejects its options {options}: {problem}")
+    return options
 
 
 @functools.cache
-def _task_size(task_name: str, options: tuple) -> tuple[int, str] | str:
+def _rejected(task_name: str, options: str) -> str | None:
+    """Why the built-in task refuses these options (JSON), as its constructor says, else None."""
+    try:
+        _builtin_tasks()[task_name](**json.loads(options))
+    except (ValueError, TypeError) as error:
+        return str(error)
+    return None
+
+
+@functools.cache
+def _task_size(task_name: str, options: str) -> tuple[int, str] | str:
     """(n, data_id) of a built-in task's training data on this machine, or why it cannot be loaded here (the
     canonical sources of a mirror this machine lacks: any loader's error; n then goes unchecked, and is said so)."""
     try:
-        data = _builtin_tasks()[task_name](**dict(options)).prepare(0)
+        data = _builtin_tasks()[task_name](**json.loads(options)).prepare(0)
     except Exception as error:  # noqa: BLE001 — whatever stops the loader, n is reported as not checked
         return f"its data cannot be loaded here ({type(error).__name__}: {str(error)[:120]})"
     return data.n_train, data.data_id
@@ -59,7 +76,7 @@ def check_n_train(record: dict[str, Any]) -> str | None:
     task = _builtin_task(record)
     if task is None:
         return f"task {record['task']} is a plugin's"
-    found = _task_size(task.name, tuple(sorted(_options(task, record).items())))
+    found = _task_size(task.name, json.dumps(_options(task, record), sort_keys=True))
     if isinstance(found, str):
         return found
     n, data_id = found
@@ -69,11 +86,16 @@ def check_n_train(record: dict[str, Any]) -> str | None:
     if tuning.get("private"):
         split = tuning["validation"]
         seed = split["seed"] if split.get("split_seed") is None else split["split_seed"]
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            return "its validation split's coins are secret"
+        fraction = split["fraction"]
+        if not isinstance(seed, int) or isinstance(seed, bool):  # secret coins: Binomial(n, 1 − f) examples left
+            spread = 6 * math.sqrt(n * fraction * (1 - fraction)) + 1
+            if not abs(record["n_train"] - (1 - fraction) * n) <= spread:
+                raise Mismatch(f"n_train is {record['n_train']!r}, but a split holding out {fraction} of task "
+                               f"{task.name}'s {n} examples leaves {(1 - fraction) * n:.0f} ± {spread:.0f}")
+            return "its validation split's coins are secret (n_train checked to ±6 standard deviations)"
         from dpbench.tuning.accounting import ValidationSplit  # the public split's coins, as the tuning drew them
 
-        n -= int(ValidationSplit(split["fraction"], seed, 0.0, 0, split_seed=split.get("split_seed")).mask(n).sum())
+        n -= int(ValidationSplit(fraction, seed, 0.0, 0, split_seed=split.get("split_seed")).mask(n).sum())
     if record["n_train"] != n:
         raise Mismatch(f"n_train is {record['n_train']!r}, but task {task.name}'s data {data_id} has {n} training "
                        f"examples{' in its tuning split' if tuning.get('private') else ''}")

@@ -14,7 +14,7 @@ import dp_accounting
 import numpy as np
 from dp_accounting import rdp
 
-from dpbench.choices import REFERENCE_MODE
+from dpbench.choices import REFERENCE_MODE, TUNING_MODES
 from dpbench.method import ReleaseMethod
 from dpbench.results.records import LEDGER_VERSION
 from dpbench.trust import audit
@@ -22,7 +22,8 @@ from dpbench.trust.canaries import OBSERVERS
 from dpbench.trust.plan_checks import _builtin, _builtin_task, _options, _plan, _run_event, _training_event, check_n_train
 from dpbench.trust.recompute import (Mismatch, _at_least, _check_delta, _check_positive, _close, _epsilon, _error, _rdp,
                                      _rdp_error)
-from dpbench.trust.release_checks import _check_output_sensitivities, _output_classifiers, check_release
+from dpbench.trust.release_checks import (_check_output_sensitivities, _check_relation, _output_classifiers,
+                                          check_release)
 
 
 def content_id(record: dict[str, Any]) -> str:
@@ -74,6 +75,11 @@ def _check_tuned(record: dict[str, Any]) -> None:
                        f"{'release' if issubclass(method, ReleaseMethod) else 'gradient'} method")
     if not output:
         _check_tuned_gradient_trials(record)
+    if output and method is not None and not getattr(method, "tunable_privately", False):
+        raise Mismatch(f"{method.name} cannot be tuned privately (dpbench tune refuses it), but the record is")
+    if output and any(not entry["what"].startswith("output noise") for entry in record["privacy_ledger"]):
+        raise Mismatch("a privately tuned output trial whose ledger has parts other than output noise, which its "
+                       "per-trial Gaussian does not charge")
     if output:  # one Gaussian output mechanism per classifier
         ledger = record["privacy_ledger"]
         if len(ledger) != releases:
@@ -82,6 +88,7 @@ def _check_tuned(record: dict[str, Any]) -> None:
             _close(entry["noise_std"] / entry["sensitivity"], sigma, f"privacy_ledger[{index}] noise multiplier")
         _output_classifiers(record)
         _check_output_sensitivities(record)
+        _check_relation(record)
     else:
         _close(record.get("noise_multiplier"), sigma, "noise_multiplier (tuning.noise_multiplier)")
         for key, value in (("sample_rate", q), ("gradient_evaluations", releases)):
@@ -213,6 +220,8 @@ def _check_audit(record: dict[str, Any]) -> None:
 
 
 PRIVATE_MODES = ("random-stopping", "adaptive")  # dpbench.tuning: the modes whose records charge the tuning
+#: Every tuning mode a record can carry: dpbench tune's, the board's validation track, the converged references.
+KNOWN_MODES = (*TUNING_MODES, "validation", REFERENCE_MODE)
 
 
 def _check_delta_below_one_over_n(record: dict[str, Any]) -> None:
@@ -273,6 +282,12 @@ def check(record: dict[str, Any], unchecked: list[str] | None = None) -> list[st
                            "would be checked as one trial's, not the whole tuning's")
         if tuning.get("private") and record.get("private") is not True:
             raise Mismatch(f"tuning.private is true but the record's private is {record.get('private')!r}")
+        if tuning and tuning.get("mode") not in KNOWN_MODES:  # the board labels a row by it: an unknown one escaped
+            raise Mismatch(f"tuning mode {tuning.get('mode')!r} is none of {KNOWN_MODES}")  # every tuning check
+        method = _builtin(record)
+        if method is not None and record.get("kind", "run") == "run" and record.get("private", True) != method.private:
+            raise Mismatch(f"private is {record.get('private', True)!r}, but {method.name} is "
+                           f"{'' if method.private else 'not '}private")
         if record.get("kind") == "audit" or record.get("private", True):
             _check_code(record)
             _check_delta(record.get("delta"))

@@ -75,6 +75,19 @@ def _output_classifiers(record: dict[str, Any]) -> None:
                      "output noise")
 
 
+def _check_relation(record: dict[str, Any]) -> None:
+    """Every ledger part's ``neighbours`` is the record's relation, and a built-in release method's is replace-one
+    (:data:`dpbench.release.mechanisms.NEIGHBOURS`: its analysis holds for no other): a record relabelled
+    add/remove-one sat in the add/remove table beside DP-SGD (hostile review of 27 November)."""
+    relation = record.get("neighbouring")
+    if record["method"] in ("output_perturbation", "amp", "amp_nt") and relation != "replace-one":
+        raise Mismatch(f"neighbouring is {relation!r}, but {record['method']}'s analysis holds under replace-one only")
+    for index, entry in enumerate(record["privacy_ledger"]):
+        if entry.get("neighbours") != relation:
+            raise Mismatch(f"privacy_ledger[{index}] is accounted under {entry.get('neighbours')!r} neighbours, the "
+                           f"record under {relation!r}")
+
+
 def _check_output_sensitivities(record: dict[str, Any]) -> None:
     """The built-in output perturbation's sensitivity, re-derived from its hyperparameters (Wu et al.: 2kLη/b
     convex, 2(L + λR)/(λn) strongly convex), for each output-noise part of its ledger."""
@@ -85,6 +98,8 @@ def _check_output_sensitivities(record: dict[str, Any]) -> None:
     lr = hp["lr"]
     if lr is None and hp["variant"] == "convex":  # the default step R/(L·√T), T = k·⌈n/b⌉ updates
         lr = hp["radius"] / (lipschitz * math.sqrt(hp["epochs"] * math.ceil(n / hp["batch_size"])))
+    if hp["variant"] not in ("convex", "strongly_convex"):
+        raise Mismatch(f"output perturbation's variant {hp['variant']!r} is neither convex nor strongly_convex")
     expected = (2 * hp["epochs"] * lipschitz * lr / hp["batch_size"] if hp["variant"] == "convex"
                 else 2 * (lipschitz + hp["regularization"] * hp["radius"]) / (hp["regularization"] * n))
     for index, entry in enumerate(record["privacy_ledger"]):
@@ -93,7 +108,10 @@ def _check_output_sensitivities(record: dict[str, Any]) -> None:
 
 
 def check_release(record: dict[str, Any]) -> None:
+    """An untuned release record: its ledger's sums, its target, each part recomputed (output noise) or checked
+    against its paper (AMP's objective part), the relation its analysis holds under."""
     ledger = record["privacy_ledger"]
+    _check_relation(record)
     _close(math.fsum(entry["epsilon"] for entry in ledger), record["epsilon"], "epsilon (sum of the ledger)")
     _close(math.fsum(entry["delta"] for entry in ledger), record["delta"], "delta (sum of the ledger)")
     _close(ledger[0]["noise_std"] / ledger[0]["sensitivity"], record["noise_multiplier"], "noise_multiplier")
