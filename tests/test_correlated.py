@@ -227,6 +227,13 @@ def test_bandmf_equals_the_transcription_step_for_step(bands):
 
 # --- the record and verify --------------------------------------------------------------------------------------
 
+def as_plugin(record, name):
+    """``record`` as a plugin's of that name would be: its code says external (verify refuses a record whose code
+    says built-in under another name)."""
+    return dict(record, method=name, code={**record["code"], "method": {**record["code"]["method"], "name": name,
+                                                                          "external": True}})
+
+
 def _run(capsys, *args):
     assert main(["run", *args, "--json"]) == 0
     return json.loads(capsys.readouterr().out)
@@ -261,7 +268,7 @@ def test_a_bandmf_record_is_charged_and_verify_recomputes_it(capsys, one_thread)
         lie["run_id"] = record_checks.content_id(lie)
         assert any(message in problem for problem in verify.check(lie)), (change, verify.check(lie))
     # a plugin's record (verify does not load it) is charged from its own noise_correlation, checked likewise
-    plugin = dict(record, method="someone_elses_bandmf")
+    plugin = as_plugin(record, "someone_elses_bandmf")
     plugin["run_id"] = record_checks.content_id(plugin)
     assert verify.check(plugin) == []
     lie = dict(plugin, noise_correlation={**found, "bands": 2})
@@ -364,7 +371,7 @@ def test_verify_refuses_a_cyclic_record_of_two_releases_per_step(capsys, one_thr
     (hostile review of 26 November 2026)."""
     record = _run(capsys, "--method", "bandmf", "--task", "breast_cancer", "--epsilon", "1", "--set", "epochs=2",
                   "--batch-size", "56")
-    plugin = dict(record, method="someone_elses_bandmf")
+    plugin = as_plugin(record, "someone_elses_bandmf")
     plugin["run_id"] = record_checks.content_id(plugin)
     assert verify.check(plugin) == []
     forged = dict(plugin, steps=record["steps"] // 2)
