@@ -333,11 +333,12 @@ def test_runs_of_different_code_never_share_a_cell_and_plugins_are_marked(capsys
     audit = {"kind": "audit", "run_id": "audit1", "task": "digits", "method": "mine", "passed": True,
              "threat_model": "white-box", "ledger_version": LEDGER_VERSION,
              "canary_design": CANARY_DESIGN, "hyperparameters": {"lr": 1.0, "epochs": 3}, "canaries": 100,
-             "epsilon_target": 1.0, "neighbouring": "add-remove", "sampler": "poisson",
+             "epsilon_target": 1.0, "delta": 1e-6, "neighbouring": "add-remove", "sampler": "poisson",
              "data_id": "digits+100-audit-canaries", "created_at": "2025-01-01T00:00:00+00:00",
              "code": plugin("a" * 64)}
     store.append({**audit, "run_id": "audit0", "hyperparameters": {"lr": 2.0, "epochs": 3}})
     store.append({**audit, "run_id": "audit2", "epsilon_target": 8.0})
+    store.append({**audit, "run_id": "audit3", "delta": 1e-4})  # a larger δ lowers an audit's bound
     text = markdown(capsys)
     assert " mine [external plugin, unverified: in-process plugin, audit passed at other settings] (code " \
            "aaaaaaaa) " in text
