@@ -191,6 +191,17 @@ MUTANTS = [
     Mutant("verify-ledger-relation", "verify", "a ledger part accounted under another relation than the record's "
            "passes", "dpbench/trust/release_checks.py", '        if entry.get("neighbours") != relation:',
            "        if False:", first="tests/test_verify.py::test_a_release_record_relabelled_add_remove_fails"),
+    Mutant("verify-op-radius-unchecked", "verify", "output perturbation's strongly convex bound with a radius ≤ 0 "
+           "(Δ 10⁶ times too small) passes", "dpbench/trust/release_checks.py",
+           '''        _check_positive(hp["regularization"], "regularization")
+        _check_positive(hp["radius"], "radius")''', "        pass",
+           first="tests/test_verify.py::test_output_perturbation_settings_its_bounds_do_not_cover_fail"),
+    Mutant("verify-op-step-unbounded", "verify", "output perturbation's convex bound with a step above 2/β passes",
+           "dpbench/trust/release_checks.py", "        if lr > 2 / (lipschitz**2 / 4) * (1 + 1e-12):",
+           "        if False:", first="tests/test_verify.py::test_output_perturbation_settings_its_bounds_do_not_cover_fail"),
+    Mutant("verify-audit-of-nonprivate", "verify", "an audit of a non-private method passes",
+           "dpbench/trust/record_checks.py", "(issubclass(method, ReleaseMethod) or not method.private)",
+           "issubclass(method, ReleaseMethod)", first="tests/test_verify.py::test_an_audit_of_a_non_private_method_fails"),
     Mutant("relation-swapped", "calibration", "replace-one accounted as add/remove-one",
            "dpbench/privacy/accounting.py", '"replace-one": dp_accounting.NeighboringRelation.REPLACE_ONE}',
            '"replace-one": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE}', first="tests/test_privacy.py"),

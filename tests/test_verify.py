@@ -914,3 +914,36 @@ def test_an_output_perturbation_variant_of_another_name_fails(tmp_path, genuine)
                      noise_multiplier=lambda _: ledger[0]["noise_std"] / sensitivity)
     assert problems_of(tmp_path, forgery)[0] == (
         "output perturbation's variant 'convex2' is neither convex nor strongly_convex")
+
+
+# --- found by the hostile review of 27 November (third round): each forged record passed verify at deb8f26 --------
+
+def _resensed(record, **hp):
+    """An output perturbation record with ``hp`` changed and every output part's sensitivity and noise std the ones
+    verify re-derives from them, at the same noise multiplier: consistent in every other field."""
+    changed = copy.deepcopy(record)
+    changed["hyperparameters"].update(hp)
+    h, n = changed["hyperparameters"], changed["n_train"]
+    sensitivity = (2 * h["epochs"] * h["input_norm"] * h["lr"] / h["batch_size"] if h["variant"] == "convex" else
+                   2 * (h["input_norm"] + h["regularization"] * h["radius"]) / (h["regularization"] * n))
+    for entry in changed["privacy_ledger"]:
+        multiplier = entry["noise_std"] / entry["sensitivity"]
+        entry.update(sensitivity=sensitivity, noise_std=multiplier * sensitivity)
+    return forged(changed)
+
+
+@pytest.mark.parametrize("hp, problem", [
+    ({"variant": "strongly_convex", "regularization": 1e-4, "radius": -(1.0 / 1e-4) * (1 - 1e-6)},
+     "radius is -9999.99, not a finite number > 0"),
+    ({"variant": "convex", "lr": 100.0}, "output perturbation's step η = 100 exceeds 2/β = 8"),
+])
+def test_output_perturbation_settings_its_bounds_do_not_cover_fail(tmp_path, genuine, hp, problem):
+    """A negative radius made Δ 10⁶ times too small; a step above 2/β is expansive (the convex bound fails)."""
+    found = _resensed(genuine[0]["output_perturbation"], **hp)
+    [found_problem] = problems_of(tmp_path, found)
+    assert found_problem.startswith(problem)
+
+
+def test_an_audit_of_a_non_private_method_fails(tmp_path, genuine):
+    forgery = forged(genuine[0]["audit"], method=lambda _: "nonprivate", **{"code.method.name": lambda _: "nonprivate"})
+    assert problems_of(tmp_path, forgery)[0] == "an audit of a release or non-private method, which dpbench audit refuses"

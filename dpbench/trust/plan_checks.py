@@ -92,7 +92,9 @@ def check_n_train(record: dict[str, Any]) -> str | None:
             if not abs(record["n_train"] - (1 - fraction) * n) <= spread:
                 raise Mismatch(f"n_train is {record['n_train']!r}, but a split holding out {fraction} of task "
                                f"{task.name}'s {n} examples leaves {(1 - fraction) * n:.0f} ± {spread:.0f}")
-            return "its validation split's coins are secret (n_train checked to ±6 standard deviations)"
+            # ±6 sd is loose on a small task (breast_cancer: n_train up to ~12% above the part, q and Δ ∝ 1/n as
+            # much lower); an exact count needs a split of exactly round(f·n) examples, which the engine does not make
+            return "its validation split's coins are secret (n_train checked to ±6 standard deviations only)"
         from dpbench.tuning.accounting import ValidationSplit  # the public split's coins, as the tuning drew them
 
         n -= int(ValidationSplit(fraction, seed, 0.0, 0, split_seed=split.get("split_seed")).mask(n).sum())

@@ -251,8 +251,8 @@ def _check_kind(record: dict[str, Any]) -> None:
     ledger) releases no noisy gradient and cannot have run isolated (isolation runs gradient methods)."""
     method, ledger = _builtin(record), "privacy_ledger" in record
     if record.get("kind") == "audit":
-        if ledger or (method is not None and issubclass(method, ReleaseMethod)):
-            raise Mismatch("an audit of a release method, which dpbench audit refuses")
+        if ledger or (method is not None and (issubclass(method, ReleaseMethod) or not method.private)):
+            raise Mismatch("an audit of a release or non-private method, which dpbench audit refuses")
     elif method is not None and method.private and issubclass(method, ReleaseMethod) != ledger:
         raise Mismatch(f"{record['method']} is a {'release' if issubclass(method, ReleaseMethod) else 'gradient'} "
                        f"method, but the record {'has' if ledger else 'has no'} privacy_ledger")

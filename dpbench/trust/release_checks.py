@@ -90,16 +90,32 @@ def _check_relation(record: dict[str, Any]) -> None:
 
 def _check_output_sensitivities(record: dict[str, Any]) -> None:
     """The built-in output perturbation's sensitivity, re-derived from its hyperparameters (Wu et al.: 2kLη/b
-    convex, 2(L + λR)/(λn) strongly convex), for each output-noise part of its ledger."""
+    convex, 2(L + λR)/(λn) strongly convex), for each output-noise part of its ledger, where the bounds hold: k and
+    b whole numbers ≥ 1, L > 0; convex: 0 < η ≤ 2/β with β = L²/4 (a larger step is expansive), the default
+    η = R/(L·√T) included; strongly convex: λ > 0 and R > 0 (a negative radius gave a sensitivity 10⁶ times too
+    small: hostile review of 27 November)."""
     if record["method"] != "output_perturbation":
         return
     hp, n = record["hyperparameters"], record["n_train"]
+    for key in ("epochs", "batch_size"):
+        if isinstance(hp[key], bool) or not isinstance(hp[key], int) or hp[key] < 1:
+            raise Mismatch(f"output perturbation's {key} is {hp[key]!r}, not a whole number ≥ 1")
     lipschitz = hp["input_norm"]
-    lr = hp["lr"]
-    if lr is None and hp["variant"] == "convex":  # the default step R/(L·√T), T = k·⌈n/b⌉ updates
-        lr = hp["radius"] / (lipschitz * math.sqrt(hp["epochs"] * math.ceil(n / hp["batch_size"])))
+    _check_positive(lipschitz, "input_norm")
     if hp["variant"] not in ("convex", "strongly_convex"):
         raise Mismatch(f"output perturbation's variant {hp['variant']!r} is neither convex nor strongly_convex")
+    lr = hp["lr"]
+    if hp["variant"] == "convex":
+        if lr is None:  # the default step R/(L·√T), T = k·⌈n/b⌉ updates
+            _check_positive(hp["radius"], "radius")
+            lr = hp["radius"] / (lipschitz * math.sqrt(hp["epochs"] * math.ceil(n / hp["batch_size"])))
+        _check_positive(lr, "lr")
+        if lr > 2 / (lipschitz**2 / 4) * (1 + 1e-12):
+            raise Mismatch(f"output perturbation's step η = {lr:g} exceeds 2/β = {8 / lipschitz**2:g}: the convex "
+                           f"bound 2kLη/b does not hold")
+    else:
+        _check_positive(hp["regularization"], "regularization")
+        _check_positive(hp["radius"], "radius")
     expected = (2 * hp["epochs"] * lipschitz * lr / hp["batch_size"] if hp["variant"] == "convex"
                 else 2 * (lipschitz + hp["regularization"] * hp["radius"]) / (hp["regularization"] * n))
     for index, entry in enumerate(record["privacy_ledger"]):
