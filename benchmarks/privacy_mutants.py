@@ -109,8 +109,8 @@ MUTANTS = [
            "or not 0 < delta < 1:", "    if False:", first="tests/test_verify.py"),
     Mutant("verify-trusts-private-flag", "verify", "a random-stopping record marked tuning.private = false is "
            "checked as one trial's ε", "dpbench/trust/record_checks.py",
-           '        if tuning.get("mode") in PRIVATE_MODES and not tuning.get("private"):',
-           '        if False:', first="tests/test_verify.py"),
+           '    if tuning.get("mode") in PRIVATE_MODES and not tuning.get("private"):',
+           '    if False:', first="tests/test_verify.py"),
     Mutant("verify-infinite-error-excuses", "verify", "an infinite numerical error (δ at the PLD tail's edge) "
            "excuses any shortfall", "dpbench/trust/recompute.py",
            "    if not math.isfinite(error(beyond=shortfall)):",
@@ -161,7 +161,7 @@ MUTANTS = [
            first="tests/test_verify.py::test_an_audit_that_failed_cannot_pass_by_claiming_more_than_its_run_spent"),
     Mutant("verify-tuned-record-not-private", "verify", "a privately tuned record marked private = false skips the δ "
            "and code checks", "dpbench/trust/record_checks.py",
-           '        if tuning.get("private") and record.get("private") is not True:', "        if False:",
+           '    if tuning.get("private") and record.get("private") is not True:', "    if False:",
            first="tests/test_verify.py::test_a_tuned_record_marked_not_private_fails"),
     Mutant("audit-pass-ignores-delta", "audit", "an audit's pass counts for runs at another δ", "dpbench/trust/marks.py",
            '"epsilon_target", "delta", "neighbouring"', '"epsilon_target", "neighbouring"',
@@ -171,8 +171,8 @@ MUTANTS = [
            '    if output and method is not None and not getattr(method, "tunable_privately", False):', "    if False:",
            first="tests/test_verify.py::test_a_privately_tuned_amp_record_fails"),
     Mutant("verify-private-flag-vs-method", "verify", "a non-private method's record marked private passes",
-           "dpbench/trust/record_checks.py", '        if method is not None and record.get("kind", "run") == "run" and '
-           'record.get("private", True) != method.private:', "        if False:",
+           "dpbench/trust/record_checks.py", '    if method is not None and record.get("kind", "run") == "run" and '
+           'record.get("private", True) != method.private:', "    if False:",
            first="tests/test_verify.py::test_a_nonprivate_methods_record_marked_private_fails"),
     Mutant("verify-task-options-unvalidated", "verify", "task options the task rejects pass (and drop its DP-PCA)",
            "dpbench/trust/plan_checks.py", "    if problem is not None:\n        raise Mismatch(f\"task {task.name} rejects",
@@ -182,8 +182,8 @@ MUTANTS = [
            "dpbench/trust/plan_checks.py", '            if not abs(record["n_train"] - (1 - fraction) * n) <= spread:',
            "            if False:", first="tests/test_verify.py::test_a_secret_split_still_bounds_n_train"),
     Mutant("verify-unknown-tuning-mode", "verify", "a tuning mode verify does not know is checked as one run",
-           "dpbench/trust/record_checks.py", '        if tuning and tuning.get("mode") not in KNOWN_MODES:',
-           "        if False:", first="tests/test_verify.py::test_an_unknown_tuning_mode_fails"),
+           "dpbench/trust/record_checks.py", '    if tuning and tuning.get("mode") not in KNOWN_MODES:',
+           "    if False:", first="tests/test_verify.py::test_an_unknown_tuning_mode_fails"),
     Mutant("verify-release-relation", "verify", "a built-in release record relabelled add/remove-one passes",
            "dpbench/trust/release_checks.py",
            '    if record["method"] in ("output_perturbation", "amp", "amp_nt") and relation != "replace-one":',

@@ -261,6 +261,23 @@ def _check_kind(record: dict[str, Any]) -> None:
                        f"{record.get('isolation')!r}: a release method releases no gradient and runs in process")
 
 
+def _check_labels(record: dict[str, Any], tuning: dict[str, Any]) -> None:
+    """The labels that pick a record's branch agree with each other and with its built-in method: a tuning mode verify
+    knows (the board labels a row by it; an unknown one escaped every tuning check), ``tuning.private`` for the modes
+    that charge the tuning and only for them, ``private`` as the tuning and the method say."""
+    if tuning and tuning.get("mode") not in KNOWN_MODES:
+        raise Mismatch(f"tuning mode {tuning.get('mode')!r} is none of {KNOWN_MODES}")
+    if tuning.get("mode") in PRIVATE_MODES and not tuning.get("private"):
+        raise Mismatch(f"a {tuning['mode']} record whose tuning.private is {tuning.get('private')!r}: its ε "
+                       "would be checked as one trial's, not the whole tuning's")
+    if tuning.get("private") and record.get("private") is not True:
+        raise Mismatch(f"tuning.private is true but the record's private is {record.get('private')!r}")
+    method = _builtin(record)
+    if method is not None and record.get("kind", "run") == "run" and record.get("private", True) != method.private:
+        raise Mismatch(f"private is {record.get('private', True)!r}, but {method.name} is "
+                       f"{'' if method.private else 'not '}private")
+
+
 def check(record: dict[str, Any], unchecked: list[str] | None = None) -> list[str]:
     """What is wrong with one record (empty: nothing); why its ``n_train`` could not be tied to its task's data, if
     so, is appended to ``unchecked``."""
@@ -277,17 +294,7 @@ def check(record: dict[str, Any], unchecked: list[str] | None = None) -> list[st
                             f"noise and batches have secret coins (exempt from reruns), no other run's")
     try:
         tuning = record.get("tuning") or {}
-        if tuning.get("mode") in PRIVATE_MODES and not tuning.get("private"):
-            raise Mismatch(f"a {tuning['mode']} record whose tuning.private is {tuning.get('private')!r}: its ε "
-                           "would be checked as one trial's, not the whole tuning's")
-        if tuning.get("private") and record.get("private") is not True:
-            raise Mismatch(f"tuning.private is true but the record's private is {record.get('private')!r}")
-        if tuning and tuning.get("mode") not in KNOWN_MODES:  # the board labels a row by it: an unknown one escaped
-            raise Mismatch(f"tuning mode {tuning.get('mode')!r} is none of {KNOWN_MODES}")  # every tuning check
-        method = _builtin(record)
-        if method is not None and record.get("kind", "run") == "run" and record.get("private", True) != method.private:
-            raise Mismatch(f"private is {record.get('private', True)!r}, but {method.name} is "
-                           f"{'' if method.private else 'not '}private")
+        _check_labels(record, tuning)
         if record.get("kind") == "audit" or record.get("private", True):
             _check_code(record)
             _check_delta(record.get("delta"))
