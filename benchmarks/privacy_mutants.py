@@ -124,7 +124,7 @@ MUTANTS = [
            "            _check_kind(record)\n", "", first="tests/test_verify.py::test_a_gradient_run_given_a_release_ledger_fails"),
     Mutant("verify-tuned-trials-unchecked", "verify", "a tuned record's method and task are not checked for releases "
            "its trials do not charge (a count, correlated noise, DP-PCA)", "dpbench/trust/record_checks.py",
-           "    if not output:\n        _check_tuned_gradient_trials(record)", "    if False:\n        pass",
+           "    else:\n        _check_tuned_gradient_trials(record)", "    else:\n        pass",
            first="tests/test_verify.py"),
     Mutant("verify-delta-above-one-over-n", "verify", "δ ≥ 1/n passes without the record saying it was forced",
            "dpbench/trust/record_checks.py", "            _check_delta_below_one_over_n(record)\n", "",
@@ -168,7 +168,7 @@ MUTANTS = [
            first="tests/test_audit.py::test_an_audit_passed_at_other_settings_is_shown_as_such"),
     Mutant("verify-tuned-untunable-release", "verify", "a privately tuned AMP record (AMP has no per-trial curve) "
            "passes with its parts charged as Gaussians", "dpbench/trust/record_checks.py",
-           '    if output and method is not None and not getattr(method, "tunable_privately", False):', "    if False:",
+           '        if method is not None and not getattr(method, "tunable_privately", False):', "        if False:",
            first="tests/test_verify.py::test_a_privately_tuned_amp_record_fails"),
     Mutant("verify-private-flag-vs-method", "verify", "a non-private method's record marked private passes",
            "dpbench/trust/record_checks.py", '    if method is not None and record.get("kind", "run") == "run" and '
@@ -186,7 +186,7 @@ MUTANTS = [
            "    if False:", first="tests/test_verify.py::test_an_unknown_tuning_mode_fails"),
     Mutant("verify-release-relation", "verify", "a built-in release record relabelled add/remove-one passes",
            "dpbench/trust/release_checks.py",
-           '    if record["method"] in ("output_perturbation", "amp", "amp_nt") and relation != "replace-one":',
+           '    if method is not None and issubclass(method, ReleaseMethod) and relation != "replace-one":',
            "    if False:", first="tests/test_verify.py::test_a_release_record_relabelled_add_remove_fails"),
     Mutant("verify-ledger-relation", "verify", "a ledger part accounted under another relation than the record's "
            "passes", "dpbench/trust/release_checks.py", '        if entry.get("neighbours") != relation:',

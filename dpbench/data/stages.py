@@ -166,8 +166,9 @@ def on_terminal() -> bool:
 
 class Lines:
     """A progress bar off a terminal: while work goes on, one line on stderr every :func:`interval` seconds,
-    ``desc: done/total unit (p%), rate unit/s, m:ss elapsed, ETA m:ss, postfix``, and one at the end if any was printed. Takes
-    tqdm's calls that dpbench makes (``update``, ``set_postfix_str``, ``close``, iteration, ``with``)."""
+    ``desc: done/total unit (p%), rate unit/s, m:ss elapsed, ETA m:ss, postfix``, and one at the end if any was
+    printed. Takes tqdm's calls that dpbench makes (``update``, ``set_postfix_str``, ``close``, iteration,
+    ``with``)."""
 
     def __init__(self, iterable: Iterable | None = None, total: int | None = None, desc: str = "",
                  unit: str = "it", initial: int = 0, disable: bool = False, **_: object):

@@ -14,7 +14,8 @@ CONDITIONS = ("hyperparameters", "epsilon_target", "delta", "neighbouring", "dat
 
 def settings_key(record: dict[str, Any]) -> str:
     """Canonical JSON of a run's (or an audit's run's) :data:`CONDITIONS`: its resolved hyperparameters, target ε,
-    δ (a larger δ lowers an audit's bound), neighbouring relation, data (an audit's without its canaries' suffix), sampler and noise sampler."""
+    δ (a larger δ lowers an audit's bound), neighbouring relation, data (an audit's without its canaries' suffix),
+    sampler and noise sampler."""
     found = {name: record.get(name) for name in CONDITIONS}
     if record.get("kind") == "audit" and isinstance(found["data_id"], str):
         found["data_id"] = found["data_id"].removesuffix(f"+{record.get('canaries')}-audit-canaries")

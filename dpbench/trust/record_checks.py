@@ -73,15 +73,13 @@ def _check_tuned(record: dict[str, Any]) -> None:
     if method is not None and issubclass(method, ReleaseMethod) != output:
         raise Mismatch(f"trial_mechanism {tuned.get('trial_mechanism', 'gradient')!r}, but {record['method']} is a "
                        f"{'release' if issubclass(method, ReleaseMethod) else 'gradient'} method")
-    if not output:
-        _check_tuned_gradient_trials(record)
-    if output and method is not None and not getattr(method, "tunable_privately", False):
-        raise Mismatch(f"{method.name} cannot be tuned privately (dpbench tune refuses it), but the record is")
-    if output and any(not entry["what"].startswith("output noise") for entry in record["privacy_ledger"]):
-        raise Mismatch("a privately tuned output trial whose ledger has parts other than output noise, which its "
-                       "per-trial Gaussian does not charge")
     if output:  # one Gaussian output mechanism per classifier
+        if method is not None and not getattr(method, "tunable_privately", False):
+            raise Mismatch(f"{method.name} cannot be tuned privately (dpbench tune refuses it), but the record is")
         ledger = record["privacy_ledger"]
+        if any(not entry["what"].startswith("output noise") for entry in ledger):
+            raise Mismatch("a privately tuned output trial whose ledger has parts other than output noise, which its "
+                           "per-trial Gaussian does not charge")
         if len(ledger) != releases:
             raise Mismatch(f"{len(ledger)} output releases in the ledger but tuning.gradient_evaluations is {releases}")
         for index, entry in enumerate(ledger):
@@ -90,6 +88,7 @@ def _check_tuned(record: dict[str, Any]) -> None:
         _check_output_sensitivities(record)
         _check_relation(record)
     else:
+        _check_tuned_gradient_trials(record)
         _close(record.get("noise_multiplier"), sigma, "noise_multiplier (tuning.noise_multiplier)")
         for key, value in (("sample_rate", q), ("gradient_evaluations", releases)):
             if record.get(key) != value:

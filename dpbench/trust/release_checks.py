@@ -8,19 +8,21 @@ from typing import Any
 
 import dp_accounting
 
-from dpbench.trust.plan_checks import _classifiers
+from dpbench.method import ReleaseMethod
+from dpbench.trust.plan_checks import _builtin, _classifiers
 from dpbench.trust.recompute import TOLERANCE, Mismatch, _at_least, _check_positive, _close, _epsilon, _error
 
 
-def _amp_noise_fraction(record: dict[str, Any], epsilon_k: float) -> float:
+def _amp_budget(record: dict[str, Any]) -> tuple[float, float, float, float, float]:
+    """(ε/K, δ/K, ε3/ε1, ε2/ε, L) of an AMP record: K classifiers (one objective part each), the budget fractions
+    (AMP-NT's from ε/K, the benchmark's fit) and the Lipschitz constant L (AMP-NT's 1)."""
+    hp, classes = record["hyperparameters"], sum(entry["what"].startswith("objective perturbation")
+                                                  for entry in record["privacy_ledger"])
+    epsilon_k, delta_k = record["epsilon_target"] / classes, record["delta"] / classes
     if record["method"] == "amp_nt":
-        fraction = min(0.88671 + 0.0186607 / epsilon_k**0.372906, 0.99)
-        return max(fraction, 1 - 1 / epsilon_k + 0.001)
-    return record["hyperparameters"]["noise_fraction"]
-
-
-def _amp_out_fraction(record: dict[str, Any]) -> float:
-    return 0.01 if record["method"] == "amp_nt" else record["hyperparameters"]["out_fraction"]
+        noise = max(min(0.88671 + 0.0186607 / epsilon_k**0.372906, 0.99), 1 - 1 / epsilon_k + 0.001)
+        return epsilon_k, delta_k, noise, 0.01, 1.0
+    return epsilon_k, delta_k, hp["noise_fraction"], hp["out_fraction"], hp["input_norm"]
 
 
 def _check_amp_split(record: dict[str, Any]) -> None:
@@ -31,13 +33,10 @@ def _check_amp_split(record: dict[str, Any]) -> None:
     δ2 = f_out·δ/K and sensitivity Δ2 = 2nγ/Λ (γ = ``gamma_n2``/n², AMP-NT's 1/n²), from which its ε is then
     recomputed; each objective part's δ1 = (1 − f_out)·δ/K."""
     hp, n, ledger = record["hyperparameters"], record["n_train"], record["privacy_ledger"]
-    objective = [entry for entry in ledger if entry["what"].startswith("objective perturbation")]
-    epsilon_k, delta_k = record["epsilon_target"] / len(objective), record["delta"] / len(objective)
-    noise, out = _amp_noise_fraction(record, epsilon_k), _amp_out_fraction(record)
+    epsilon_k, delta_k, noise, out, lipschitz = _amp_budget(record)
     for what, value in (("noise_fraction", noise), ("out_fraction", out)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
             raise Mismatch(f"AMP's {what} is {value!r}, not in (0, 1)")
-    lipschitz = 1.0 if record["method"] == "amp_nt" else hp["input_norm"]
     _check_positive(lipschitz, "input_norm")
     gamma = 1 / n**2 if record["method"] == "amp_nt" else hp["gamma_n2"] / n**2
     _check_positive(gamma, "γ")
@@ -79,8 +78,8 @@ def _check_relation(record: dict[str, Any]) -> None:
     """Every ledger part's ``neighbours`` is the record's relation, and a built-in release method's is replace-one
     (:data:`dpbench.release.mechanisms.NEIGHBOURS`: its analysis holds for no other): a record relabelled
     add/remove-one sat in the add/remove table beside DP-SGD (hostile review of 27 November)."""
-    relation = record.get("neighbouring")
-    if record["method"] in ("output_perturbation", "amp", "amp_nt") and relation != "replace-one":
+    relation, method = record.get("neighbouring"), _builtin(record)
+    if method is not None and issubclass(method, ReleaseMethod) and relation != "replace-one":
         raise Mismatch(f"neighbouring is {relation!r}, but {record['method']}'s analysis holds under replace-one only")
     for index, entry in enumerate(record["privacy_ledger"]):
         if entry.get("neighbours") != relation:
@@ -133,10 +132,10 @@ def check_release(record: dict[str, Any]) -> None:
     _close(ledger[0]["noise_std"] / ledger[0]["sensitivity"], record["noise_multiplier"], "noise_multiplier")
     if record["epsilon"] > record["epsilon_target"] * (1 + 1e-9):
         raise Mismatch(f"spent ε {record['epsilon']} exceeds the target {record['epsilon_target']}")
-    hp, n = record["hyperparameters"], record["n_train"]
-    objective = [entry for entry in ledger if entry["what"].startswith("objective perturbation")]
-    if record["method"] in ("amp", "amp_nt"):
+    n, amp = record["n_train"], record["method"] in ("amp", "amp_nt")
+    if amp:
         _amp_classifiers(record)
+        epsilon_k, _, noise_fraction, out_fraction, lipschitz = _amp_budget(record)
     _check_output_sensitivities(record)
     for index, entry in enumerate(ledger):
         what = f"privacy_ledger[{index}] ({entry['what']})"
@@ -144,12 +143,10 @@ def check_release(record: dict[str, Any]) -> None:
             event = dp_accounting.GaussianDpEvent(entry["noise_std"] / entry["sensitivity"])
             _at_least(_epsilon(event, entry["delta"], "pld", "add-remove"), entry["epsilon"], f"{what} epsilon",
                       _error(event, entry["delta"], "pld", "add-remove"))
-        elif entry in objective and record["method"] in ("amp", "amp_nt"):
-            lipschitz = 1.0 if record["method"] == "amp_nt" else hp["input_norm"]
+        elif amp and entry["what"].startswith("objective perturbation"):
             _close(2 * lipschitz / n, entry["sensitivity"], f"{what} sensitivity 2L/n")
-            epsilon_k = record["epsilon_target"] / len(objective)
-            _close((1 - _amp_out_fraction(record)) * epsilon_k, entry["epsilon"], f"{what} epsilon (ε1 of ε/K)")
-            epsilon_noise = _amp_noise_fraction(record, epsilon_k) * entry["epsilon"]
+            _close((1 - out_fraction) * epsilon_k, entry["epsilon"], f"{what} epsilon (ε1 of ε/K)")
+            epsilon_noise = noise_fraction * entry["epsilon"]
             needed = entry["sensitivity"] * (1 + math.sqrt(2 * math.log(1 / entry["delta"]))) / epsilon_noise
             if entry["noise_std"] < needed * (1 - TOLERANCE):
                 raise Mismatch(f"{what}: noise std {entry['noise_std']:.6g} is below the {needed:.6g} that "
@@ -161,5 +158,5 @@ def check_release(record: dict[str, Any]) -> None:
         else:
             raise Mismatch(f"{what} is a release verify cannot recompute")
     _output_classifiers(record)
-    if record["method"] in ("amp", "amp_nt"):
+    if amp:
         _check_amp_split(record)
