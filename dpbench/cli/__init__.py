@@ -59,7 +59,12 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "sweep":
             from dpbench.board import sweep
 
-            counts = sweep.run_grid(sweep.load_grid(args.grid), args.workers, scheduler=args.scheduler,
+            grid = sweep.load_grid(args.grid)
+            if args.discard_killed:
+                discarded = sweep.discard_killed(grid)
+                print(f"sweep: discarded {len(discarded)} studies killed with their workers (nothing released; they "
+                      f"run again with new secrets){': ' if discarded else ''}{', '.join(discarded)}", file=sys.stderr)
+            counts = sweep.run_grid(grid, args.workers, scheduler=args.scheduler,
                                     threads=threads.requested(args.threads)[0])
             print(", ".join(f"{count} {what}" for what, count in counts.items()))
         elif args.command == "leaderboard" and args.boundary_hits:
