@@ -119,10 +119,10 @@ def test_the_sweep_discards_only_its_grids_killed_studies(tmp_path, monkeypatch,
     from dpbench.tuning.accounting import draw_k
 
     grid_file = tmp_path / "grid.json"
-    grid_file.write_text('{"tasks": ["digits"], "methods": ["dpsgd"], "epsilons": [1], "seeds": 2, '
-                         '"tracks": ["random-stopping"], "trials": 2}')
+    grid_file.write_text('{"tasks": ["digits"], "methods": ["dpsgd", "nonprivate"], "epsilons": [1], "seeds": 2, '
+                         '"tracks": ["random-stopping", "validation"], "trials": 2}')
     grid = sweep.load_grid(str(grid_file))
-    (cell,) = sweep.cells(grid)
+    (cell,) = [c for c in sweep.cells(grid) if c.track == "random-stopping" and c.method == "dpsgd"]
     specs = sweep._tune_specs(cell, cell.seeds)
     secret = next(s for s in range(1000) if draw_k({"name": "truncated_negative_binomial", "mean": 2.0, "eta": 0}, s))
     monkeypatch.setattr(streams, "secret_seed", lambda: secret)

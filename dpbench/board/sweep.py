@@ -382,7 +382,7 @@ def discard_killed(grid: dict[str, Any]) -> list[str]:
     an error), so that this sweep creates them again with new secrets; returns their names. Without it such a
     study's cell is refused for good ("every trial failed"): a sweep stopped while a random-stopping job trained
     loses the job's studies, whose trials train as one batch and die together."""
-    names = [spec.study for cell in cells(grid) if cell.track == "random-stopping"
+    names = [spec.study for cell in cells(grid) if cell.track == "random-stopping" and cell.epsilon is not None
              for spec in _tune_specs(cell, cell.seeds)]
     return study.discard_killed(study._storage(study.default_storage(), tune.TuneSpec.heartbeat_interval), names)
 
