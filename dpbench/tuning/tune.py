@@ -38,7 +38,10 @@ trial runs twice and no worker can add a (K+1)-th. A running trial records a hea
 the grace period. It is never retried: a failed, interrupted or stale trial counts as one of the K (it outputs
 nothing, i.e. it never wins the selection), so the ledger is always "K trials charged", whatever happened.
 Failures are treated as part of the trial's output; this is valid for failures caused by the trial's private
-outputs (e.g. divergence) or independent of the data (a killed process).
+outputs (e.g. divergence) or independent of the data (a killed process). A study none of whose trials told anything (every one
+failed as stale) and that released nothing may be discarded whole and created again with a new secret
+(:func:`dpbench.tuning.study.discard_killed`, ``dpbench sweep --discard-killed``): sound when the kill did not
+depend on the data, since the discarded study's only output was its workers' death.
 
 The study's coins. When the study is created, its secret is drawn from the operating system's entropy
 (:func:`dpbench.privacy.streams.secret_seed`) and kept in the study's user attributes, with a random ``study_id``. K
