@@ -34,7 +34,7 @@ PRIVACY_TESTS = ["tests/test_guards.py", "tests/test_cache.py", "tests/test_stre
                  "tests/test_amp.py", "tests/test_cli.py", "tests/test_adaclip.py", "tests/test_ada_dp.py",
                  "tests/test_dpadam.py", "tests/test_mnist_tasks.py", "tests/test_isolation.py",
                  "tests/test_verify.py", "tests/test_adaptive_clipping.py", "tests/test_correlated.py",
-                 "tests/test_discard_killed.py"]
+                 "tests/test_requeue.py"]
 
 
 @dataclass(frozen=True)
@@ -842,17 +842,23 @@ MUTANTS = [
            "correlated noise (every later release's noise shifted by one row of C)", "dpbench/run/multiseed.py",
            "for i in skipped if correlated else ():", "for i in ():",
            first="tests/test_multiseed.py::test_a_skipped_release_forms_its_correlated_noise_in_a_batch_as_alone"),
-    Mutant("discard-told-trials", "tuning", "a killed sweep's study is discarded (and run again with new coins) although "
-           "a trial was told an error or a record of its own, outcomes that may depend on the data",
-           "dpbench/tuning/study.py", 'or {"error", "record"} & set(t.user_attrs)', "or False",
-           first="tests/test_discard_killed.py"),
-    Mutant("discard-released", "tuning", "a study is discarded after its release, so the cell releases twice",
-           "dpbench/tuning/study.py", "if name not in existing or name in released:", "if name not in existing:",
-           first="tests/test_discard_killed.py"),
-    Mutant("discard-live-trials", "tuning", "a study whose workers still beat is discarded as killed",
-           "dpbench/tuning/study.py", "if any(t.state != optuna.trial.TrialState.FAIL or",
-           "if any(t.state not in (optuna.trial.TrialState.FAIL, optuna.trial.TrialState.RUNNING) or",
-           first="tests/test_discard_killed.py"),
+    Mutant("kill-fails-trial", "tuning", "a trial whose worker died fails instead of running again: a stop's "
+           "timing, which depends on K, decides which studies release (and all-killed ones never do)",
+           "dpbench/tuning/study.py", "storage.set_trial_state_values(trial_id, optuna.trial.TrialState.WAITING)",
+           "storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL)", first="tests/test_requeue.py"),
+    Mutant("requeue-unbounded", "tuning", "a trial that kills its worker every time is put back forever: the study "
+           "never releases, an outcome that may depend on the data", "dpbench/tuning/study.py",
+           "if requeued < limit:", "if True:", first="tests/test_requeue.py"),
+    Mutant("requeue-live", "tuning", "a trial whose worker still beats is put back and run twice at once",
+           "dpbench/tuning/study.py", "for trial_id in storage._get_stale_trial_ids(study._study_id):",
+           "for trial_id, _ in _trial_ids(study, storage, (optuna.trial.TrialState.RUNNING,)):",
+           first="tests/test_requeue.py"),
+    Mutant("interrupt-fails-trial", "tuning", "an interrupted trial is told FAIL, so a Ctrl-C decides the study's K "
+           "trials' outcomes", "dpbench/tuning/trials.py", "        trial = None
+        raise
+", "        raise
+",
+           first="tests/test_requeue.py"),
 ]
 
 

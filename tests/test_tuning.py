@@ -174,7 +174,9 @@ def test_storage_url_in_the_record_has_no_password():
     assert redacted("sqlite:////tmp/a.sqlite") == "sqlite:////tmp/a.sqlite"
 
 
-def test_an_interrupted_trial_counts_and_the_study_resumes(capsys, monkeypatch):
+def test_an_interrupted_trial_runs_again_when_the_study_resumes(capsys, monkeypatch):
+    """An interrupt is not an outcome of the trial: it is left running, and the resumed study runs it again, the same
+    trial (its seed from the study's secret), once its heartbeat is stale (dpbench.tuning.study.requeue_stale)."""
     real_run, calls = engine.run, []
 
     def interrupted_once(spec):
@@ -185,16 +187,16 @@ def test_an_interrupted_trial_counts_and_the_study_resumes(capsys, monkeypatch):
 
     monkeypatch.setattr(engine, "run", interrupted_once)
     args = ["tune", "--method", "dpsgd", "--task", "digits", "--epsilon", "1", "--mode", "adaptive", "--trials", "3",
-            "--epochs", "1", "--no-wandb", "--json"]
+            "--epochs", "1", "--heartbeat-interval", "1", "--no-wandb", "--json"]
     with pytest.raises(KeyboardInterrupt):
         main(args)
     capsys.readouterr()
-    assert main(args) == 0  # the rerun runs the one trial left
+    assert main(args) == 0  # the rerun runs the trial left, then the interrupted one again
     record = json.loads(capsys.readouterr().out)
-    states = [t.state for t in study_of(record).get_trials()]
-    assert states == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL,
-                      optuna.trial.TrialState.COMPLETE]
-    assert len(calls) == 3 and record["tuning"]["trials"] == 3
+    trials = study_of(record).get_trials()
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 3
+    assert [t.system_attrs.get("dpbench_requeued", 0) for t in trials] == [0, 1, 0]
+    assert len(calls) == 4 and calls[3] == calls[1] and record["tuning"]["trials"] == 3
 
 
 def test_only_the_released_record_reaches_wandb(capsys, monkeypatch):

@@ -62,7 +62,7 @@ from dpbench.results.identity import identity as record_identity
 from dpbench.results.records import check_stored
 from dpbench.run import allocator, engine, multiseed
 from dpbench.spec import RunSpec
-from dpbench.tuning import reference, released, study, tune, validation
+from dpbench.tuning import reference, released, tune, validation
 
 TRACKS = ("none", "validation", "random-stopping")
 GRID_KEYS = {"tasks", "methods", "epsilons", "seeds", "tracks", "trials", "neighbouring", "reference", "infeasible"}
@@ -374,17 +374,6 @@ def _remote_client(scheduler: str, threads: int | None):
         raise UsageError(f"cannot reach the Dask scheduler {scheduler}: {error}") from None
     client.register_plugin(_WorkerSetup(threads, 1, os.environ.get("DPBENCH_PLUGINS", "")))
     return client
-
-
-def discard_killed(grid: dict[str, Any]) -> list[str]:
-    """Discard the grid's random-stopping studies that a killed sweep left with no outcome
-    (:func:`dpbench.tuning.study.discard_killed`: nothing released, every trial failed as stale, none told a score or
-    an error), so that this sweep creates them again with new secrets; returns their names. Without it such a
-    study's cell is refused for good ("every trial failed"): a sweep stopped while a random-stopping job trained
-    loses the job's studies, whose trials train as one batch and die together."""
-    names = [spec.study for cell in cells(grid) if cell.track == "random-stopping" and cell.epsilon is not None
-             for spec in _tune_specs(cell, cell.seeds)]
-    return study.discard_killed(study._storage(study.default_storage(), tune.TuneSpec.heartbeat_interval), names)
 
 
 def run_grid(grid: dict[str, Any], workers: int = 1, progress: bool = True, scheduler: str | None = None,

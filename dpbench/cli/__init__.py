@@ -60,10 +60,6 @@ def main(argv: list[str] | None = None) -> int:
             from dpbench.board import sweep
 
             grid = sweep.load_grid(args.grid)
-            if args.discard_killed:
-                discarded = sweep.discard_killed(grid)
-                print(f"sweep: discarded {len(discarded)} studies killed with their workers (nothing released; they "
-                      f"run again with new secrets){': ' if discarded else ''}{', '.join(discarded)}", file=sys.stderr)
             counts = sweep.run_grid(grid, args.workers, scheduler=args.scheduler,
                                     threads=threads.requested(args.threads)[0])
             print(", ".join(f"{count} {what}" for what, count in counts.items()))

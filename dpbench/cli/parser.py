@@ -158,10 +158,6 @@ def _parser() -> argparse.ArgumentParser:
                               help="send the cells to this Dask scheduler's workers instead")
     sweep_parser.add_argument("--plugins", action="append", default=[], metavar="DIR",
                               help="folder of extra method/task files, for this process and the workers")
-    sweep_parser.add_argument("--discard-killed", action="store_true",
-                              help="first discard the grid's random-stopping studies that a killed sweep left with no "
-                                   "outcome (nothing released, every trial's worker killed), so that they run again "
-                                   "with new secrets; sound when the kill did not depend on the data")
     _threads_option(sweep_parser, "torch threads of each worker (default: dpbench's choice per run, at most the "
                                   "cores over the workers; also: DPBENCH_THREADS)")
 

@@ -166,33 +166,28 @@ def ledger(study: optuna.Study) -> dict[str, Any]:
     return {"k": study.user_attrs["k"], "trials": len(trials), "states": states}
 
 
-def discard_killed(storage: optuna.storages.RDBStorage, names: list[str]) -> list[str]:
-    """Delete the studies among ``names`` that ran to no outcome at all, and return their names: nothing released,
-    and every one of their trials failed as stale (its worker stopped beating: killed, or its machine lost; Optuna's
-    ``fail_stale_trials`` runs first) without a score, record or error of its own. A study never set up (its
-    creator died first) is discarded too. The next tune of the name creates the study again with a new secret (new
-    K, new trials). Sound when the kill is independent of the data (a stopped sweep, a lost machine): the discarded
-    study released nothing and told nothing, so only the new study's release depends on the data. A study with any
-    trial told an outcome (a score, a non-finite score, an error: each may depend on the data) is kept, and its
-    failures count, as :mod:`dpbench.tuning.tune` says."""
-    existing = {summary.study_name for summary in optuna.get_all_study_summaries(storage, include_best_trial=False)}
-    with storage.engine.connect() as connection:
-        released = set(connection.execute(sqlalchemy.select(_RELEASED.c.study_name)).scalars())
-    discarded = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        for name in names:
-            if name not in existing or name in released:
-                continue
-            study = optuna.load_study(study_name=name, storage=storage)
-            if study.user_attrs.get("ready"):
-                optuna.storages.fail_stale_trials(study)
-                if any(t.state != optuna.trial.TrialState.FAIL or {"error", "record"} & set(t.user_attrs)
-                       for t in study.get_trials(deepcopy=False)):
-                    continue
-            optuna.delete_study(study_name=name, storage=storage)
-            discarded.append(name)
-    return discarded
+#: How often a trial whose worker died is put back to run again; after that its death counts as its outcome (FAIL).
+REQUEUE_LIMIT = 2
+
+
+def requeue_stale(study: optuna.Study, storage: optuna.storages.RDBStorage, limit: int = REQUEUE_LIMIT) -> None:
+    """Put the study's RUNNING trials whose heartbeat stopped (their worker was killed, its machine lost) back to
+    WAITING, the same trial (number, and so seed, hyperparameter draw and score noise from the study's secret): run
+    again, it gives the result it would have given, so a kill only delays the study's release and never changes it,
+    whatever the kill depended on (the time a job takes depends on its K: a policy that drops or redraws killed
+    studies would condition K's law on surviving). A trial that dies ``limit`` times is failed (it counts, and never
+    wins), as one whose own computation kills its worker must be, lest the study never release."""
+    for trial_id in storage._get_stale_trial_ids(study._study_id):
+        trial = storage.get_trial(trial_id)
+        requeued = trial.system_attrs.get("dpbench_requeued", 0)
+        try:
+            if requeued < limit:
+                storage.set_trial_system_attr(trial_id, "dpbench_requeued", requeued + 1)
+                storage.set_trial_state_values(trial_id, optuna.trial.TrialState.WAITING)
+            else:
+                storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # its worker was alive after all, and told it meanwhile
 
 
 def _stored_seed(storage: optuna.storages.RDBStorage, name: str) -> int | None:

@@ -1,8 +1,9 @@
 """A study's trials: each one's run (seed, hyperparameter draw and score noise from the study's secret), trained
 alone or in a batch with other studies' trials, checked against the mechanism the tuning charges, and told to the
-study as COMPLETE or FAIL (it counts either way)."""
+study as COMPLETE or FAIL (it counts either way); a trial whose worker died runs again, the same trial."""
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -19,7 +20,7 @@ from dpbench.spec import RunSpec
 from dpbench.tuning import search
 from dpbench.tuning.accounting import ValidationSplit
 from dpbench.tuning.plan import Plan
-from dpbench.tuning.study import _claim, _Heartbeat, study_secret
+from dpbench.tuning.study import _claim, _Heartbeat, requeue_stale, study_secret
 
 
 def _sampler(plan_: Plan, secret: int, trial_number: int) -> optuna.samplers.BaseSampler:
@@ -82,7 +83,9 @@ def _begin(plan_: Plan, study: optuna.Study, trial_id: int, number: int):
 
 def _finish(plan_: Plan, study: optuna.Study, trial: optuna.Trial, number: int, record: dict[str, Any] | None,
             error: BaseException | None = None) -> None:
-    """Tell the study a trial's outcome: COMPLETE with its score, or FAIL (it counts either way)."""
+    """Tell the study a trial's outcome: COMPLETE with its score, or FAIL (it counts either way). A trial put back
+    meanwhile (its heartbeat was late: :func:`dpbench.tuning.study.requeue_stale`) runs again with the same coins and
+    gives the same result; whichever run tells first is its outcome, once."""
     state, value = optuna.trial.TrialState.FAIL, None
     try:
         if error is not None:
@@ -94,15 +97,16 @@ def _finish(plan_: Plan, study: optuna.Study, trial: optuna.Trial, number: int, 
         value = (record["validation"]["noisy_accuracy"] if plan_.trial is not None
                  else record["metrics"]["test_accuracy"])
         state = optuna.trial.TrialState.COMPLETE if math.isfinite(value) else optuna.trial.TrialState.FAIL
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return  # told by the run that ran it again: that is its outcome
     except Exception as failure:  # the trial failed: it counts, and the next one runs
-        trial.set_user_attr("error", f"{type(failure).__name__}: {failure}")
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            trial.set_user_attr("error", f"{type(failure).__name__}: {failure}")
         print(f"dpbench: trial {number} failed (it still counts): {type(failure).__name__}: {failure}",
               file=sys.stderr)
-    finally:  # also on KeyboardInterrupt: the trial is told FAIL and still counts
-        try:
-            study.tell(trial, value if state == optuna.trial.TrialState.COMPLETE else None, state=state)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            pass  # failed as stale by another worker meanwhile: it counts, once
+    # Not telling: a finished trial (the other run told it), or one put back to WAITING (it runs again).
+    with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError, ValueError):
+        study.tell(trial, value if state == optuna.trial.TrialState.COMPLETE else None, state=state)
 
 
 def _run_trial(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBStorage,
@@ -112,11 +116,14 @@ def _run_trial(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBSto
     try:
         with _Heartbeat(storage, trial_id, plan_.spec.heartbeat_interval):
             if storage.get_trial(trial_id).state != optuna.trial.TrialState.RUNNING:
-                return  # failed as stale before it started: it counts, and it never touches the data
+                return  # put back (or failed) before it started: it never touched the data here
             trial, params = _begin(plan_, study, trial_id, number)
             record = engine.run(_trial_run_spec(plan_, params, number, study_secret(study)))
     except Exception as failure:
         error = failure
+    except BaseException:  # interrupted (Ctrl-C, exit), not an outcome of the trial: left RUNNING, it runs again
+        trial = None
+        raise
     finally:
         if trial is not None:
             _finish(plan_, study, trial, number, record, error)
@@ -151,14 +158,14 @@ def _run_together(claimed: list[tuple[Plan, optuna.Study, tuple[int, int]]],
 
 
 def work(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBStorage) -> None:
-    """Run trials until none is left to claim, then wait for the other workers' trials (failing stale ones)."""
-    while (claimed := _claim(study, storage)) is not None:
-        _run_trial(plan_, study, storage, claimed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        while True:
-            optuna.storages.fail_stale_trials(study)
-            if not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,
-                                                            optuna.trial.TrialState.WAITING)):
-                return
-            time.sleep(min(plan_.spec.heartbeat_interval, 2))
+    """Run trials until none is left to claim and none runs elsewhere; a trial whose worker died is run again
+    (:func:`dpbench.tuning.study.requeue_stale`)."""
+    while True:
+        requeue_stale(study, storage)
+        if (claimed := _claim(study, storage)) is not None:
+            _run_trial(plan_, study, storage, claimed)
+            continue
+        if not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,
+                                                        optuna.trial.TrialState.WAITING)):
+            return
+        time.sleep(min(plan_.spec.heartbeat_interval, 2))

@@ -33,15 +33,15 @@ Trials and the ledger. The study (Optuna storage: an SQLite file under ``DPBENCH
 SQLAlchemy URL, e.g. PostgreSQL, for many workers) holds exactly K trials from the moment it exists: the worker
 that creates it draws K once (from the study's secret, below), stores it in the study's user attributes and
 enqueues K ``WAITING`` trials. A worker claims a trial by the storage's atomic WAITING → RUNNING transition, so no
-trial runs twice and no worker can add a (K+1)-th. A running trial records a heartbeat; a trial whose worker died
-(killed, machine lost) stops beating and is marked ``FAIL`` by Optuna's ``fail_stale_trials`` in any worker after
-the grace period. It is never retried: a failed, interrupted or stale trial counts as one of the K (it outputs
-nothing, i.e. it never wins the selection), so the ledger is always "K trials charged", whatever happened.
-Failures are treated as part of the trial's output; this is valid for failures caused by the trial's private
-outputs (e.g. divergence) or independent of the data (a killed process). A study none of whose trials told anything (every one
-failed as stale) and that released nothing may be discarded whole and created again with a new secret
-(:func:`dpbench.tuning.study.discard_killed`, ``dpbench sweep --discard-killed``): sound when the kill did not
-depend on the data, since the discarded study's only output was its workers' death.
+worker can add a (K+1)-th. A running trial records a heartbeat; a trial whose worker died (killed, interrupted,
+machine lost) stops beating and, after the grace period, any worker puts it back to WAITING and runs it again: the
+same trial, whose seed, hyperparameters and score noise come from the secret and its number, so it gives the result
+it would have given (:func:`dpbench.tuning.study.requeue_stale`). A kill therefore only delays the release and
+never changes it, whether or not it depended on the data or on K (a job's duration depends on its K: dropping or
+redrawing killed studies would condition K's law on surviving, and the bound would not hold). A trial that fails by
+itself (an error, a non-finite score) or dies ``REQUEUE_LIMIT`` times is ``FAIL``: it counts as one of the K and
+never wins the selection, so the ledger is always "K trials charged". Such failures are part of the trial's output:
+valid for failures caused by its own computation on the data (e.g. divergence), or independent of the data.
 
 The study's coins. When the study is created, its secret is drawn from the operating system's entropy
 (:func:`dpbench.privacy.streams.secret_seed`) and kept in the study's user attributes, with a random ``study_id``. K
@@ -70,7 +70,8 @@ from dpbench.errors import UsageError
 from dpbench.privacy import streams
 from dpbench.tuning.plan import Plan, TuneSpec, plan
 from dpbench.tuning.released import _release
-from dpbench.tuning.study import _claims, _storage, _stored_seed, default_storage, default_study_name, open_study
+from dpbench.tuning.study import (_claims, _storage, _stored_seed, default_storage, default_study_name, open_study,
+                                  requeue_stale)
 from dpbench.tuning.trials import _run_together, work
 
 
@@ -111,6 +112,7 @@ def tune_together(specs: list[TuneSpec]) -> list[dict[str, Any]]:
     opened = [_open(spec, storages) for spec in specs]
     claimed = []
     for plan_, _, storage, study, _ in opened:  # all K trials are enqueued when the study is created
+        requeue_stale(study, storage)  # a killed sweep's trials train in this batch again
         claimed += [(plan_, study, ids) for ids in _claims(study, storage)]
     if claimed:
         _run_together(claimed, opened[0][2])

@@ -1,0 +1,109 @@
+"""A trial whose worker died runs again, the same trial (dpbench.tuning.study.requeue_stale): a killed study releases
+what it would have released, a live worker's trial is left alone, a late worker's tell is harmless, an interrupt is
+not an outcome, and a trial that dies more than REQUEUE_LIMIT times fails and counts."""
+import time
+
+import optuna
+import pytest
+
+from dpbench.tuning import study as study_module
+from dpbench.tuning import trials as trials_module
+from dpbench.tuning import tune
+
+HEARTBEAT = 1  # seconds; a trial is stale after 3 intervals without a beat
+
+
+def stale():
+    time.sleep(3 * HEARTBEAT + 1.5)
+
+
+@pytest.fixture
+def secret(monkeypatch):
+    """A secret whose K ~ Poisson(2) is 2, as every new study's secret."""
+    from dpbench.privacy import streams
+    from dpbench.tuning.accounting import draw_k
+
+    value = next(s for s in range(1000) if draw_k({"name": "poisson", "mean": 2.0}, s) == 2)
+    monkeypatch.setattr(streams, "secret_seed", lambda: value)
+    return value
+
+
+def spec(tmp_path, name):
+    return tune.TuneSpec(method="dpsgd", task="digits", epsilon=1.0, trials=2.0, k_distribution="poisson",
+                         overrides={"epochs": 2}, storage=f"sqlite:///{tmp_path / (name + '.sqlite')}", study=name,
+                         heartbeat_interval=HEARTBEAT, no_wandb=True, append_to_store=False)
+
+
+def killed(tmp_path, name):
+    """A study whose K trials a worker claimed, then died (RUNNING, no more beats)."""
+    plan_, _, storage, study, _ = tune._open(spec(tmp_path, name))
+    claimed = list(study_module._claims(study, storage))
+    assert len(claimed) == study.user_attrs["k"] == 2
+    return plan_, storage, study, claimed
+
+
+def test_a_killed_study_releases_what_the_same_study_uninterrupted_releases(tmp_path, secret):
+    whole = tune.tune(spec(tmp_path, "whole"))
+    _, storage, study, _ = killed(tmp_path, "killed")
+    stale()
+    again = tune.tune(spec(tmp_path, "killed"))
+    for key in ("metrics", "epsilon", "noise_multiplier", "hyperparameters"):
+        assert again[key] == whole[key], key
+    assert again["tuning"]["selected_params"] == whole["tuning"]["selected_params"]
+    assert again["tuning"]["selected_score"] == whole["tuning"]["selected_score"]
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2
+    assert [t.system_attrs["dpbench_requeued"] for t in trials] == [1, 1]
+
+
+def test_a_trial_whose_worker_still_beats_is_left_running(tmp_path, secret):
+    _, storage, study, claimed = killed(tmp_path, "alive")
+    time.sleep(2 * HEARTBEAT)
+    for trial_id, _ in claimed:
+        storage.record_heartbeat(trial_id)  # within the grace period
+    study_module.requeue_stale(study, storage)
+    assert {t.state for t in study.get_trials()} == {optuna.trial.TrialState.RUNNING}
+
+
+def test_a_trial_that_dies_more_than_the_limit_fails_and_counts(tmp_path, secret):
+    _, storage, study, _ = killed(tmp_path, "dies")
+    for deaths in range(1, study_module.REQUEUE_LIMIT + 1):
+        stale()
+        study_module.requeue_stale(study, storage)
+        assert {t.state for t in study.get_trials()} == {optuna.trial.TrialState.WAITING}
+        assert {t.system_attrs["dpbench_requeued"] for t in study.get_trials()} == {deaths}
+        assert len(list(study_module._claims(study, storage))) == 2  # claimed again, and killed again
+    stale()
+    study_module.requeue_stale(study, storage)
+    assert {t.state for t in study.get_trials()} == {optuna.trial.TrialState.FAIL}
+
+
+def test_a_late_worker_telling_a_trial_run_again_is_harmless(tmp_path, secret):
+    plan_, storage, study, claimed = killed(tmp_path, "late")
+    (trial_id, number), _ = claimed
+    late = optuna.Trial(study, trial_id)
+    stale()
+    study_module.requeue_stale(study, storage)
+    trials_module._finish(plan_, study, late, number, None, RuntimeError("late"))  # put back: not told
+    assert study.get_trials()[number].state == optuna.trial.TrialState.WAITING
+    (claimed_again, _), = [c for c in study_module._claims(study, storage) if c[0] == trial_id]
+    study.tell(optuna.Trial(study, claimed_again), 0.5)  # the run again tells first
+    trials_module._finish(plan_, study, late, number, {"validation": {"noisy_accuracy": 0.9}})
+    assert study.get_trials()[number].state == optuna.trial.TrialState.COMPLETE
+    assert study.get_trials()[number].value == 0.5
+
+
+def test_an_interrupted_trial_is_not_told_and_runs_again(tmp_path, secret, monkeypatch):
+    plan_, storage, study, claimed = killed(tmp_path, "interrupted")
+
+    def interrupt(spec):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trials_module.engine, "run", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        trials_module._run_trial(plan_, study, storage, claimed[0])
+    trial = study.get_trials()[claimed[0][1]]
+    assert trial.state == optuna.trial.TrialState.RUNNING and "error" not in trial.user_attrs
+    stale()
+    study_module.requeue_stale(study, storage)
+    assert study.get_trials()[claimed[0][1]].state == optuna.trial.TrialState.WAITING
