@@ -854,10 +854,7 @@ MUTANTS = [
            "for trial_id, _ in _trial_ids(study, storage, (optuna.trial.TrialState.RUNNING,)):",
            first="tests/test_requeue.py"),
     Mutant("interrupt-fails-trial", "tuning", "an interrupted trial is told FAIL, so a Ctrl-C decides the study's K "
-           "trials' outcomes", "dpbench/tuning/trials.py", "        trial = None
-        raise
-", "        raise
-",
+           "trials' outcomes", "dpbench/tuning/trials.py", "        trial = None\n        raise\n", "        raise\n",
            first="tests/test_requeue.py"),
 ]
 
