@@ -844,18 +844,24 @@ MUTANTS = [
            first="tests/test_multiseed.py::test_a_skipped_release_forms_its_correlated_noise_in_a_batch_as_alone"),
     Mutant("kill-fails-trial", "tuning", "a trial whose worker died fails instead of running again: a stop's "
            "timing, which depends on K, decides which studies release (and all-killed ones never do)",
-           "dpbench/tuning/study.py", "storage.set_trial_state_values(trial_id, optuna.trial.TrialState.WAITING)",
-           "storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL)", first="tests/test_requeue.py"),
+           "dpbench/tuning/study.py", "        trial.state = optuna.trial.TrialState.WAITING",
+           "        trial.state = optuna.trial.TrialState.FAIL", first="tests/test_requeue.py"),
     Mutant("requeue-unbounded", "tuning", "a trial that kills its worker every time is put back forever: the study "
            "never releases, an outcome that may depend on the data", "dpbench/tuning/study.py",
-           "if requeued < limit:", "if True:", first="tests/test_requeue.py"),
-    Mutant("requeue-live", "tuning", "a trial whose worker still beats is put back and run twice at once",
-           "dpbench/tuning/study.py", "for trial_id in storage._get_stale_trial_ids(study._study_id):",
-           "for trial_id, _ in _trial_ids(study, storage, (optuna.trial.TrialState.RUNNING,)):",
+           "if deaths > REQUEUE_LIMIT:", "if False:", first="tests/test_requeue.py"),
+    Mutant("requeue-live", "tuning", "a trial that beat again (or was claimed again) after Optuna listed it as stale "
+           "is put back and runs twice at once", "dpbench/tuning/study.py", "        if stale_only:",
+           "        if False:", first="tests/test_requeue.py"),
+    Mutant("claim-stale-beat", "tuning", "a trial is claimed with the heartbeat of its study's creation, so another "
+           "worker takes it for dead and counts a death it never had",
+           "dpbench/tuning/study.py", "            storage.record_heartbeat(trial_id)  # fresh before it runs", "            pass  #",
            first="tests/test_requeue.py"),
+    Mutant("batch-death-counted", "tuning", "a death in a batch counts against each trial: three stops during one long "
+           "job fail all its trials, so a stop's timing (K) decides the study", "dpbench/tuning/study.py",
+           "+ (count and not batched)", "+ count", first="tests/test_requeue.py"),
     Mutant("interrupt-fails-trial", "tuning", "an interrupted trial is told FAIL, so a Ctrl-C decides the study's K "
-           "trials' outcomes", "dpbench/tuning/trials.py", "        trial = None\n        raise\n", "        raise\n",
-           first="tests/test_requeue.py"),
+           "trials' outcomes", "dpbench/tuning/trials.py", "            put_back(storage, [trial_id])\n            raise",
+           "            _finish(plan_, study, trial, number, None)\n            raise", first="tests/test_requeue.py"),
 ]
 
 

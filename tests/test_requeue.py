@@ -1,6 +1,8 @@
 """A trial whose worker died runs again, the same trial (dpbench.tuning.study.requeue_stale): a killed study releases
-what it would have released, a live worker's trial is left alone, a late worker's tell is harmless, an interrupt is
-not an outcome, and a trial that dies more than REQUEUE_LIMIT times fails and counts."""
+what it would have released; a live worker's trial, a trial just claimed after a long wait and a trial that beats
+again after being listed are left alone; a late worker's tell is harmless; an interrupt is not an outcome and is not
+counted; a death in a batch is not counted and the trial runs alone next; a trial that dies alone more than
+REQUEUE_LIMIT times fails and counts."""
 import time
 
 import optuna
@@ -53,7 +55,7 @@ def test_a_killed_study_releases_what_the_same_study_uninterrupted_releases(tmp_
     assert again["tuning"]["selected_score"] == whole["tuning"]["selected_score"]
     trials = study.get_trials()
     assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2
-    assert [t.system_attrs["dpbench_requeued"] for t in trials] == [1, 1]
+    assert [t.system_attrs["dpbench_deaths"] for t in trials] == [1, 1]
 
 
 def test_a_trial_whose_worker_still_beats_is_left_running(tmp_path, secret):
@@ -71,7 +73,7 @@ def test_a_trial_that_dies_more_than_the_limit_fails_and_counts(tmp_path, secret
         stale()
         study_module.requeue_stale(study, storage)
         assert {t.state for t in study.get_trials()} == {optuna.trial.TrialState.WAITING}
-        assert {t.system_attrs["dpbench_requeued"] for t in study.get_trials()} == {deaths}
+        assert {t.system_attrs["dpbench_deaths"] for t in study.get_trials()} == {deaths}
         assert len(list(study_module._claims(study, storage))) == 2  # claimed again, and killed again
     stale()
     study_module.requeue_stale(study, storage)
@@ -93,7 +95,7 @@ def test_a_late_worker_telling_a_trial_run_again_is_harmless(tmp_path, secret):
     assert study.get_trials()[number].value == 0.5
 
 
-def test_an_interrupted_trial_is_not_told_and_runs_again(tmp_path, secret, monkeypatch):
+def test_an_interrupted_trial_is_put_back_at_once_and_not_counted(tmp_path, secret, monkeypatch):
     plan_, storage, study, claimed = killed(tmp_path, "interrupted")
 
     def interrupt(spec):
@@ -103,7 +105,37 @@ def test_an_interrupted_trial_is_not_told_and_runs_again(tmp_path, secret, monke
     with pytest.raises(KeyboardInterrupt):
         trials_module._run_trial(plan_, study, storage, claimed[0])
     trial = study.get_trials()[claimed[0][1]]
-    assert trial.state == optuna.trial.TrialState.RUNNING and "error" not in trial.user_attrs
+    assert trial.state == optuna.trial.TrialState.WAITING and "error" not in trial.user_attrs
+    assert trial.system_attrs.get("dpbench_deaths", 0) == 0
+
+
+def test_a_death_in_a_batch_is_not_counted_and_the_trial_runs_alone_next(tmp_path, secret):
+    _, storage, study, claimed = killed(tmp_path, "batch")
+    for trial_id, _ in claimed:
+        study_module.mark_batched(storage, trial_id)
     stale()
     study_module.requeue_stale(study, storage)
-    assert study.get_trials()[claimed[0][1]].state == optuna.trial.TrialState.WAITING
+    trials = study.get_trials()
+    assert {t.state for t in trials} == {optuna.trial.TrialState.WAITING}
+    assert [t.system_attrs["dpbench_deaths"] for t in trials] == [0, 0]
+    assert all(study_module.dies_alone(t) for t in trials)
+
+
+def test_a_trial_claimed_after_a_long_wait_is_not_taken_for_dead(tmp_path, secret):
+    """Its heartbeat is the one recorded when the study was created; the claim beats first."""
+    _, _, storage, study, _ = tune._open(spec(tmp_path, "late-claim"))
+    stale()
+    claimed = list(study_module._claims(study, storage))
+    study_module.requeue_stale(study, storage)
+    assert len(claimed) == 2 and {t.state for t in study.get_trials()} == {optuna.trial.TrialState.RUNNING}
+
+
+def test_a_trial_that_beats_again_after_being_listed_is_left_running(tmp_path, secret, monkeypatch):
+    """Between Optuna's listing of stale trials and the requeue, its worker beat (or another worker claimed it)."""
+    _, storage, study, claimed = killed(tmp_path, "listed")
+    stale()
+    for trial_id, _ in claimed:
+        storage.record_heartbeat(trial_id)
+    monkeypatch.setattr(type(storage), "_get_stale_trial_ids", lambda self, study_id: [i for i, _ in claimed])
+    study_module.requeue_stale(study, storage)
+    assert {t.state for t in study.get_trials()} == {optuna.trial.TrialState.RUNNING}

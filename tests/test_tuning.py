@@ -175,8 +175,8 @@ def test_storage_url_in_the_record_has_no_password():
 
 
 def test_an_interrupted_trial_runs_again_when_the_study_resumes(capsys, monkeypatch):
-    """An interrupt is not an outcome of the trial: it is left running, and the resumed study runs it again, the same
-    trial (its seed from the study's secret), once its heartbeat is stale (dpbench.tuning.study.requeue_stale)."""
+    """An interrupt is not an outcome of the trial: it is put back, uncounted, and the resumed study runs it again,
+    the same trial (its seed from the study's secret: dpbench.tuning.study.put_back)."""
     real_run, calls = engine.run, []
 
     def interrupted_once(spec):
@@ -191,12 +191,12 @@ def test_an_interrupted_trial_runs_again_when_the_study_resumes(capsys, monkeypa
     with pytest.raises(KeyboardInterrupt):
         main(args)
     capsys.readouterr()
-    assert main(args) == 0  # the rerun runs the trial left, then the interrupted one again
+    assert main(args) == 0  # the rerun runs the interrupted trial again, and the one left
     record = json.loads(capsys.readouterr().out)
     trials = study_of(record).get_trials()
     assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 3
-    assert [t.system_attrs.get("dpbench_requeued", 0) for t in trials] == [0, 1, 0]
-    assert len(calls) == 4 and calls[3] == calls[1] and record["tuning"]["trials"] == 3
+    assert [t.system_attrs.get("dpbench_deaths", 0) for t in trials] == [0, 0, 0]
+    assert len(calls) == 4 and calls[2] == calls[1] and record["tuning"]["trials"] == 3
 
 
 def test_only_the_released_record_reaches_wandb(capsys, monkeypatch):

@@ -78,7 +78,7 @@ def test_two_workers_one_killed_mid_trial_run_exactly_k_trials(postgres_url, tmp
     k = study.user_attrs["k"]
     assert k == 4 and len(trials) == k and "trials_run" not in record["tuning"]  # K stays in the study
     assert {t.state for t in trials} == {optuna.trial.TrialState.COMPLETE}  # the killed one too: run again
-    assert {t.number: t.system_attrs.get("dpbench_requeued", 0) for t in trials if t.number == killed_trial} == {
+    assert {t.number: t.system_attrs.get("dpbench_deaths", 0) for t in trials if t.number == killed_trial} == {
         killed_trial: 1}
     assert trials[killed_trial].user_attrs["worker"].endswith(f":{second.pid}")
     released = [t for t in trials if t.user_attrs["record"]["metrics"] == record["metrics"]]

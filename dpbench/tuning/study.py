@@ -8,11 +8,14 @@ import secrets
 import threading
 import time
 import warnings
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import optuna
 import sqlalchemy
+from optuna.storages._rdb import models
+from optuna.storages._rdb.storage import _create_scoped_session
 
 from dpbench.data.files import dpbench_home
 from dpbench.errors import UsageError
@@ -123,8 +126,8 @@ def _claims(study: optuna.Study, storage: optuna.storages.RDBStorage):
     ``next``, from one listing of the study's waiting trials: the ones another worker takes first are skipped."""
     for trial_id, number in _trial_ids(study, storage, (optuna.trial.TrialState.WAITING,)):
         try:
+            storage.record_heartbeat(trial_id)  # fresh before it runs: a claimed trial never looks stale
             if storage.set_trial_state_values(trial_id, optuna.trial.TrialState.RUNNING):
-                storage.record_heartbeat(trial_id)
                 yield trial_id, number
         except optuna.exceptions.UpdateFinishedTrialError:
             continue
@@ -166,28 +169,72 @@ def ledger(study: optuna.Study) -> dict[str, Any]:
     return {"k": study.user_attrs["k"], "trials": len(trials), "states": states}
 
 
-#: How often a trial whose worker died is put back to run again; after that its death counts as its outcome (FAIL).
+#: How often a trial that died *alone* is put back to run again; its next death is its outcome (FAIL, counted).
 REQUEUE_LIMIT = 2
 
 
-def requeue_stale(study: optuna.Study, storage: optuna.storages.RDBStorage, limit: int = REQUEUE_LIMIT) -> None:
+def put_back(storage: optuna.storages.RDBStorage, trial_ids: list[int]) -> None:
+    """Put claimed trials that were interrupted in this living process (Ctrl-C, exit) back to WAITING at once, not
+    counted as deaths: an interrupt is not an outcome of a trial."""
+    for trial_id in trial_ids:
+        _requeue(storage, trial_id, stale_only=False, count=False)
+
+
+def requeue_stale(study: optuna.Study, storage: optuna.storages.RDBStorage) -> None:
     """Put the study's RUNNING trials whose heartbeat stopped (their worker was killed, its machine lost) back to
     WAITING, the same trial (number, and so seed, hyperparameter draw and score noise from the study's secret): run
-    again, it gives the result it would have given, so a kill only delays the study's release and never changes it,
-    whatever the kill depended on (the time a job takes depends on its K: a policy that drops or redraws killed
-    studies would condition K's law on surviving). A trial that dies ``limit`` times is failed (it counts, and never
-    wins), as one whose own computation kills its worker must be, lest the study never release."""
+    again, it gives the result it would have given, so a kill delays the study's release and does not change it,
+    whatever the kill depended on (a job's duration depends on its K: a policy that drops or redraws killed studies
+    would condition K's law on surviving). A trial that died in a batch (:func:`mark_batched`) is not counted: it
+    runs alone next (:func:`dies_alone`). A trial that died alone is counted, and after ``REQUEUE_LIMIT`` such
+    deaths the next is its outcome (FAIL: it counts, and never wins), as one whose own computation kills its worker
+    must be, lest the study never release; a stop that lands on the same lone trial three times does decide it."""
     for trial_id in storage._get_stale_trial_ids(study._study_id):
-        trial = storage.get_trial(trial_id)
-        requeued = trial.system_attrs.get("dpbench_requeued", 0)
-        try:
-            if requeued < limit:
-                storage.set_trial_system_attr(trial_id, "dpbench_requeued", requeued + 1)
-                storage.set_trial_state_values(trial_id, optuna.trial.TrialState.WAITING)
+        _requeue(storage, trial_id, stale_only=True, count=True)
+
+
+def _requeue(storage: optuna.storages.RDBStorage, trial_id: int, stale_only: bool, count: bool) -> None:
+    """One trial RUNNING → WAITING (or FAIL at the limit) in one locked transaction that checks again that it is
+    RUNNING and, if ``stale_only``, still stale: a trial told, or claimed again and beating, since it was listed is
+    left alone, and of two processes requeueing it one does. Optuna's own schema (a private module): its public
+    calls are one transaction each."""
+    grace = timedelta(seconds=storage.grace_period or 2 * storage.heartbeat_interval)
+    with _create_scoped_session(storage.scoped_session, True) as session:
+        trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=True)
+        if trial.state != optuna.trial.TrialState.RUNNING:
+            return
+        if stale_only:
+            beat = models.TrialHeartbeatModel.where_trial_id(trial_id, session)
+            now = session.execute(sqlalchemy.func.now()).scalar().replace(tzinfo=None)
+            if beat is None or now - beat.heartbeat <= grace:
+                return
+        attrs = {a.key: json.loads(a.value_json) for a in trial.system_attributes}
+        batched = attrs.get(_BATCHED, False)
+        deaths = attrs.get(_DEATHS, 0) + (count and not batched)
+        if deaths > REQUEUE_LIMIT:
+            trial.state = optuna.trial.TrialState.FAIL
+            trial.datetime_complete = datetime.now()
+            return
+        trial.state = optuna.trial.TrialState.WAITING
+        for key, value in ((_DEATHS, deaths), (_BATCHED, False), (_ALONE, (batched and count) or attrs.get(_ALONE, False))):
+            found = models.TrialSystemAttributeModel.find_by_trial_and_key(trial, key, session)
+            if found is None:
+                session.add(models.TrialSystemAttributeModel(trial_id=trial_id, key=key, value_json=json.dumps(value)))
             else:
-                storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            continue  # its worker was alive after all, and told it meanwhile
+                found.value_json = json.dumps(value)
+
+
+_DEATHS, _BATCHED, _ALONE = "dpbench_deaths", "dpbench_batched", "dpbench_alone"
+
+
+def mark_batched(storage: optuna.storages.RDBStorage, trial_id: int) -> None:
+    """The trial trains in a batch with others now: if its worker dies, the death is not counted against it."""
+    storage.set_trial_system_attr(trial_id, _BATCHED, True)
+
+
+def dies_alone(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether the trial died once in a batch and must run alone (where a death of its own is counted)."""
+    return trial.system_attrs.get(_ALONE, False)
 
 
 def _stored_seed(storage: optuna.storages.RDBStorage, name: str) -> int | None:

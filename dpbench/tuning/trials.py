@@ -20,7 +20,7 @@ from dpbench.spec import RunSpec
 from dpbench.tuning import search
 from dpbench.tuning.accounting import ValidationSplit
 from dpbench.tuning.plan import Plan
-from dpbench.tuning.study import _claim, _Heartbeat, requeue_stale, study_secret
+from dpbench.tuning.study import _claim, _Heartbeat, dies_alone, mark_batched, put_back, requeue_stale, study_secret
 
 
 def _sampler(plan_: Plan, secret: int, trial_number: int) -> optuna.samplers.BaseSampler:
@@ -111,20 +111,21 @@ def _finish(plan_: Plan, study: optuna.Study, trial: optuna.Trial, number: int, 
 
 def _run_trial(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBStorage,
                claimed: tuple[int, int]) -> None:
-    """Sample, train and score one claimed trial and tell the study; any failure is told as FAIL (it counts)."""
-    (trial_id, number), trial, record, error = claimed, None, None, None
-    try:
-        with _Heartbeat(storage, trial_id, plan_.spec.heartbeat_interval):
-            if storage.get_trial(trial_id).state != optuna.trial.TrialState.RUNNING:
-                return  # put back (or failed) before it started: it never touched the data here
+    """Sample, train and score one claimed trial and tell the study (while its heartbeat beats); any failure is told
+    as FAIL (it counts); an interrupt puts it back (:func:`dpbench.tuning.study.put_back`)."""
+    trial_id, number = claimed
+    with _Heartbeat(storage, trial_id, plan_.spec.heartbeat_interval):
+        if storage.get_trial(trial_id).state != optuna.trial.TrialState.RUNNING:
+            return  # put back (or failed) before it started: it never touched the data here
+        trial, record, error = None, None, None
+        try:
             trial, params = _begin(plan_, study, trial_id, number)
             record = engine.run(_trial_run_spec(plan_, params, number, study_secret(study)))
-    except Exception as failure:
-        error = failure
-    except BaseException:  # interrupted (Ctrl-C, exit), not an outcome of the trial: left RUNNING, it runs again
-        trial = None
-        raise
-    finally:
+        except Exception as failure:
+            error = failure
+        except BaseException:  # interrupted (Ctrl-C, exit): not an outcome of the trial; it runs again
+            put_back(storage, [trial_id])
+            raise
         if trial is not None:
             _finish(plan_, study, trial, number, record, error)
 
@@ -133,28 +134,42 @@ def _run_together(claimed: list[tuple[Plan, optuna.Study, tuple[int, int]]],
                   storage: optuna.storages.RDBStorage) -> None:
     """Claimed trials of studies that share a per-trial mechanism, trained as one batch where
     :mod:`dpbench.run.multiseed` applies (each trial keeps its own seed, hyperparameters, noise and score), else one
-    by one; each trial is told its own outcome, as :func:`_run_trial` would."""
+    by one; each trial is told its own outcome, as :func:`_run_trial` would. A trial that died in a batch before runs
+    alone (a death of its own then counts: :func:`dpbench.tuning.study.requeue_stale`)."""
+    alone = [entry for entry in claimed if dies_alone(storage.get_trial(entry[2][0]))]
+    for plan_, study, ids in alone:
+        _run_trial(plan_, study, storage, ids)
+    claimed = [entry for entry in claimed if entry not in alone]
+    if not claimed:
+        return
+    ids = [trial_id for _, _, (trial_id, _) in claimed]
     interval = min(plan_.spec.heartbeat_interval for plan_, _, _ in claimed)
-    with _Heartbeat(storage, [trial_id for _, _, (trial_id, _) in claimed], interval):
-        begun = []
-        for plan_, study, (trial_id, number) in claimed:
-            trial, params = _begin(plan_, study, trial_id, number)
-            begun.append((plan_, study, trial, number, params))
-        specs = [_trial_run_spec(plan_, params, number, study_secret(study))
-                 for plan_, study, _, number, params in begun]
+    with _Heartbeat(storage, ids, interval):
         try:
-            refused: dict[int, UsageError] = {}
-            outcomes = [(record, refused.get(index)) for index, record in
-                        enumerate(multiseed.run_many(specs, refusals=refused))]
-        except Exception:  # one trial's failure must not fail the others: run them one by one
-            outcomes = []
-            for spec in specs:
-                try:
-                    outcomes.append((engine.run(spec), None))
-                except Exception as error:
-                    outcomes.append((None, error))
-    for (plan_, study, trial, number, _), (record, error) in zip(begun, outcomes):
-        _finish(plan_, study, trial, number, record, error)
+            begun = []
+            for plan_, study, (trial_id, number) in claimed:
+                mark_batched(storage, trial_id)
+                trial, params = _begin(plan_, study, trial_id, number)
+                begun.append((plan_, study, trial, number, params))
+            specs = [_trial_run_spec(plan_, params, number, study_secret(study))
+                     for plan_, study, _, number, params in begun]
+            try:
+                refused: dict[int, UsageError] = {}
+                outcomes = [(record, refused.get(index)) for index, record in
+                            enumerate(multiseed.run_many(specs, refusals=refused))]
+            except Exception:  # one trial's failure must not fail the others: run them one by one
+                outcomes = []
+                for spec in specs:
+                    try:
+                        outcomes.append((engine.run(spec), None))
+                    except Exception as error:
+                        outcomes.append((None, error))
+        except BaseException as stop:
+            if not isinstance(stop, Exception):  # interrupted: not an outcome of the trials; they run again
+                put_back(storage, ids)
+            raise
+        for (plan_, study, trial, number, _), (record, error) in zip(begun, outcomes):
+            _finish(plan_, study, trial, number, record, error)
 
 
 def work(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBStorage) -> None:

@@ -32,16 +32,20 @@ how training and score compose, the RDP curves under either neighbouring relatio
 Trials and the ledger. The study (Optuna storage: an SQLite file under ``DPBENCH_HOME`` by default, any
 SQLAlchemy URL, e.g. PostgreSQL, for many workers) holds exactly K trials from the moment it exists: the worker
 that creates it draws K once (from the study's secret, below), stores it in the study's user attributes and
-enqueues K ``WAITING`` trials. A worker claims a trial by the storage's atomic WAITING → RUNNING transition, so no
-worker can add a (K+1)-th. A running trial records a heartbeat; a trial whose worker died (killed, interrupted,
-machine lost) stops beating and, after the grace period, any worker puts it back to WAITING and runs it again: the
-same trial, whose seed, hyperparameters and score noise come from the secret and its number, so it gives the result
-it would have given (:func:`dpbench.tuning.study.requeue_stale`). A kill therefore only delays the release and
-never changes it, whether or not it depended on the data or on K (a job's duration depends on its K: dropping or
-redrawing killed studies would condition K's law on surviving, and the bound would not hold). A trial that fails by
-itself (an error, a non-finite score) or dies ``REQUEUE_LIMIT`` times is ``FAIL``: it counts as one of the K and
-never wins the selection, so the ledger is always "K trials charged". Such failures are part of the trial's output:
-valid for failures caused by its own computation on the data (e.g. divergence), or independent of the data.
+enqueues K ``WAITING`` trials. A worker claims a trial by the storage's atomic WAITING → RUNNING transition (its
+heartbeat recorded first), so no worker can add a (K+1)-th. A running trial records a heartbeat and is told its
+outcome while it beats. A trial whose worker died (killed, machine lost) stops beating; after the grace period any
+worker puts it back to WAITING and runs it again (:func:`dpbench.tuning.study.requeue_stale`, one locked transaction
+that checks it is still RUNNING and stale); an interrupt (Ctrl-C) puts it back at once. It is the same trial: its
+seed, hyperparameters and score noise come from the secret and its number, so it gives the result it would have
+given, and a kill delays the release without changing it (a job's duration depends on its K: dropping or redrawing
+killed studies would condition K's law on surviving). Deaths in a batch of trials are not counted, and such a trial
+runs alone next; a trial that died alone ``REQUEUE_LIMIT`` times and dies again is ``FAIL``, as is one that fails by
+itself (an error, a non-finite score): it counts as one of the K and never wins, so the ledger is always "K trials
+charged". Such failures are part of the trial's output: valid for failures caused by its own computation on the
+data (e.g. divergence), or independent of the data; a stop that lands on the same lone trial three times decides
+it. A re-run equals the first run up to floating point where the two ran in different batches
+(:mod:`dpbench.run.multiseed`), and a trial killed between two of its hyperparameter draws draws the rest anew.
 
 The study's coins. When the study is created, its secret is drawn from the operating system's entropy
 (:func:`dpbench.privacy.streams.secret_seed`) and kept in the study's user attributes, with a random ``study_id``. K
