@@ -862,6 +862,13 @@ MUTANTS = [
     Mutant("interrupt-fails-trial", "tuning", "an interrupted trial is told FAIL, so a Ctrl-C decides the study's K "
            "trials' outcomes", "dpbench/tuning/trials.py", "            put_back(storage, [trial_id])\n            raise",
            "            _finish(plan_, study, trial, number, None)\n            raise", first="tests/test_requeue.py"),
+    Mutant("late-worker-tells", "tuning", "a worker whose trial was put back and claimed again by another run still "
+           "writes its record and tells it", "dpbench/tuning/trials.py",
+           "if not holds(study._storage, trial._trial_id):", "if False:", first="tests/test_requeue.py"),
+    Mutant("partial-draw-redraws", "tuning", "a trial run again after a kill between two hyperparameter draws draws "
+           "the rest from the start of its stream: its draws are not the search distribution's",
+           "dpbench/tuning/trials.py", "        self._rng = type(self._rng)(self._seeds[param_name])\n", "",
+           first="tests/test_requeue.py"),
 ]
 
 

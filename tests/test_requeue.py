@@ -1,6 +1,7 @@
 """A trial whose worker died runs again, the same trial (dpbench.tuning.study.requeue_stale): a killed study releases
 what it would have released; a live worker's trial, a trial just claimed after a long wait and a trial that beats
-again after being listed are left alone; a late worker's tell is harmless; an interrupt is not an outcome and is not
+again after being listed are left alone; a late worker neither writes nor tells a trial claimed again; a trial killed between two draws draws the rest
+as it would have; an interrupt is not an outcome and is not
 counted; a death in a batch is not counted and the trial runs alone next; a trial that dies alone more than
 REQUEUE_LIMIT times fails and counts."""
 import time
@@ -8,6 +9,7 @@ import time
 import optuna
 import pytest
 
+from dpbench.tuning import search
 from dpbench.tuning import study as study_module
 from dpbench.tuning import trials as trials_module
 from dpbench.tuning import tune
@@ -80,19 +82,37 @@ def test_a_trial_that_dies_more_than_the_limit_fails_and_counts(tmp_path, secret
     assert {t.state for t in study.get_trials()} == {optuna.trial.TrialState.FAIL}
 
 
-def test_a_late_worker_telling_a_trial_run_again_is_harmless(tmp_path, secret):
+def test_a_late_worker_neither_writes_nor_tells_a_trial_claimed_again(tmp_path, secret):
+    """Its heartbeat was late, the trial was put back and claimed by another run (another process: another token)."""
     plan_, storage, study, claimed = killed(tmp_path, "late")
     (trial_id, number), _ = claimed
-    late = optuna.Trial(study, trial_id)
+    late_token, late = study_module._HELD[trial_id], optuna.Trial(study, trial_id)
     stale()
     study_module.requeue_stale(study, storage)
     trials_module._finish(plan_, study, late, number, None, RuntimeError("late"))  # put back: not told
     assert study.get_trials()[number].state == optuna.trial.TrialState.WAITING
-    (claimed_again, _), = [c for c in study_module._claims(study, storage) if c[0] == trial_id]
-    study.tell(optuna.Trial(study, claimed_again), 0.5)  # the run again tells first
+    assert "error" not in study.get_trials()[number].user_attrs
+    (again, _), = [c for c in study_module._claims(study, storage) if c[0] == trial_id]
+    new_token, study_module._HELD[trial_id] = study_module._HELD[trial_id], late_token  # the late worker's view
     trials_module._finish(plan_, study, late, number, {"validation": {"noisy_accuracy": 0.9}})
-    assert study.get_trials()[number].state == optuna.trial.TrialState.COMPLETE
+    assert study.get_trials()[number].state == optuna.trial.TrialState.RUNNING
+    assert "record" not in study.get_trials()[number].user_attrs
+    study_module._HELD[trial_id] = new_token
+    study.tell(optuna.Trial(study, again), 0.5)  # the run again tells
     assert study.get_trials()[number].value == 0.5
+
+
+def test_a_trial_killed_between_two_draws_draws_the_rest_as_it_would_have(tmp_path, secret):
+    plan_, storage, study, claimed = killed(tmp_path, "partial")
+    (trial_id, number), _ = claimed
+    whole_plan, _, whole_storage, whole_study, _ = tune._open(spec(tmp_path, "whole"))  # the same secret
+    (whole_id, whole_number), _ = list(study_module._claims(whole_study, whole_storage))
+    _, expected = trials_module._begin(whole_plan, whole_study, whole_id, whole_number)
+    first = next(iter(plan_.distributions))
+    study.sampler = trials_module._sampler(plan_, study_module.study_secret(study), number)
+    search.suggest(optuna.Trial(study, trial_id), {first: plan_.distributions[first]})  # killed after one draw
+    _, params = trials_module._begin(plan_, study, trial_id, number)
+    assert len(plan_.distributions) > 1 and params == expected
 
 
 def test_an_interrupted_trial_is_put_back_at_once_and_not_counted(tmp_path, secret, monkeypatch):

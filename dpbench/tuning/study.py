@@ -122,15 +122,32 @@ def _trial_ids(study: optuna.Study, storage: optuna.storages.RDBStorage, states=
 
 
 def _claims(study: optuna.Study, storage: optuna.storages.RDBStorage):
-    """Atomically take WAITING trials (WAITING → RUNNING in one locked update each), one (storage id, number) per
-    ``next``, from one listing of the study's waiting trials: the ones another worker takes first are skipped."""
+    """Take WAITING trials, one (storage id, number) per ``next``, from one listing of the study's waiting trials (the
+    ones another worker takes first are skipped): each in one locked transaction, WAITING → RUNNING with a fresh
+    heartbeat (a trial claimed after a long wait is never taken for dead) and a new claim token, which this process
+    keeps (:func:`holds`)."""
     for trial_id, number in _trial_ids(study, storage, (optuna.trial.TrialState.WAITING,)):
-        try:
-            storage.record_heartbeat(trial_id)  # fresh before it runs: a claimed trial never looks stale
-            if storage.set_trial_state_values(trial_id, optuna.trial.TrialState.RUNNING):
-                yield trial_id, number
-        except optuna.exceptions.UpdateFinishedTrialError:
-            continue
+        token = secrets.token_hex(8)
+        with _create_scoped_session(storage.scoped_session, True) as session:
+            trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=True)
+            if trial.state != optuna.trial.TrialState.WAITING:
+                continue
+            trial.state, trial.datetime_start = optuna.trial.TrialState.RUNNING, datetime.now()
+            beat = models.TrialHeartbeatModel.where_trial_id(trial_id, session, True)
+            if beat is None:
+                session.add(models.TrialHeartbeatModel(trial_id=trial_id))
+            else:
+                beat.heartbeat = session.execute(sqlalchemy.func.now()).scalar()
+            _set_system_attrs(session, trial, {_CLAIM: token})
+        _HELD[trial_id] = token
+        yield trial_id, number
+
+
+def holds(storage: optuna.storages.RDBStorage, trial_id: int) -> bool:
+    """Whether this process's claim on the trial is still the current one: a worker whose trial was put back (its
+    heartbeat late) and claimed again by another run neither writes its record nor tells it."""
+    token = _HELD.get(trial_id)
+    return token is not None and storage.get_trial(trial_id).system_attrs.get(_CLAIM) == token
 
 
 def _claim(study: optuna.Study, storage: optuna.storages.RDBStorage) -> tuple[int, int] | None:
@@ -216,15 +233,23 @@ def _requeue(storage: optuna.storages.RDBStorage, trial_id: int, stale_only: boo
             trial.datetime_complete = datetime.now()
             return
         trial.state = optuna.trial.TrialState.WAITING
-        for key, value in ((_DEATHS, deaths), (_BATCHED, False), (_ALONE, (batched and count) or attrs.get(_ALONE, False))):
-            found = models.TrialSystemAttributeModel.find_by_trial_and_key(trial, key, session)
-            if found is None:
-                session.add(models.TrialSystemAttributeModel(trial_id=trial_id, key=key, value_json=json.dumps(value)))
-            else:
-                found.value_json = json.dumps(value)
+        _set_system_attrs(session, trial, {_DEATHS: deaths, _BATCHED: False, _CLAIM: None,
+                                           _ALONE: (batched and count) or attrs.get(_ALONE, False)})
 
 
-_DEATHS, _BATCHED, _ALONE = "dpbench_deaths", "dpbench_batched", "dpbench_alone"
+def _set_system_attrs(session, trial, values: dict[str, Any]) -> None:
+    """Set a trial's system attributes inside the caller's transaction (Optuna's JSON encoding)."""
+    for key, value in values.items():
+        found = models.TrialSystemAttributeModel.find_by_trial_and_key(trial, key, session)
+        if found is None:
+            session.add(models.TrialSystemAttributeModel(trial_id=trial.trial_id, key=key, value_json=json.dumps(value)))
+        else:
+            found.value_json = json.dumps(value)
+
+
+_DEATHS, _BATCHED, _ALONE, _CLAIM = "dpbench_deaths", "dpbench_batched", "dpbench_alone", "dpbench_claim"
+#: This process's claims: trial id → the token of its claim.
+_HELD: dict[int, str] = {}
 
 
 def mark_batched(storage: optuna.storages.RDBStorage, trial_id: int) -> None:

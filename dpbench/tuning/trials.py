@@ -20,7 +20,23 @@ from dpbench.spec import RunSpec
 from dpbench.tuning import search
 from dpbench.tuning.accounting import ValidationSplit
 from dpbench.tuning.plan import Plan
-from dpbench.tuning.study import _claim, _Heartbeat, dies_alone, mark_batched, put_back, requeue_stale, study_secret
+from dpbench.tuning.study import (_claim, _Heartbeat, dies_alone, holds, mark_batched, put_back, requeue_stale,
+                                  study_secret)
+
+
+class _KeyedRandomSampler(optuna.samplers.RandomSampler):
+    """Random search with each hyperparameter drawn from its own stream: ``tuning-search`` of the study's secret at
+    the trial's number and the parameter's place among the sorted names. A trial run again after its worker died
+    between two draws draws the rest as it would have; Optuna keeps the ones already drawn and does not ask again."""
+
+    def __init__(self, secret: int, number: int, names: list[str]):
+        super().__init__()
+        self._seeds = {name: streams.derive(secret, "tuning-search", number, place) % 2**32
+                       for place, name in enumerate(sorted(names))}
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        self._rng = type(self._rng)(self._seeds[param_name])
+        return super().sample_independent(study, trial, param_name, param_distribution)
 
 
 def _sampler(plan_: Plan, secret: int, trial_number: int) -> optuna.samplers.BaseSampler:
@@ -35,7 +51,7 @@ def _sampler(plan_: Plan, secret: int, trial_number: int) -> optuna.samplers.Bas
                                               warn_asynchronous_seeding=False)
     if plan_.config["sampler"] == "tpe":
         return optuna.samplers.TPESampler(seed=seed)
-    return optuna.samplers.RandomSampler(seed=seed)
+    return _KeyedRandomSampler(secret, trial_number, list(plan_.distributions))
 
 
 def _trial_run_spec(plan_: Plan, params: dict[str, Any], number: int, secret: int) -> RunSpec:
@@ -84,8 +100,11 @@ def _begin(plan_: Plan, study: optuna.Study, trial_id: int, number: int):
 def _finish(plan_: Plan, study: optuna.Study, trial: optuna.Trial, number: int, record: dict[str, Any] | None,
             error: BaseException | None = None) -> None:
     """Tell the study a trial's outcome: COMPLETE with its score, or FAIL (it counts either way). A trial put back
-    meanwhile (its heartbeat was late: :func:`dpbench.tuning.study.requeue_stale`) runs again with the same coins and
-    gives the same result; whichever run tells first is its outcome, once."""
+    meanwhile (its heartbeat was late: :func:`dpbench.tuning.study.requeue_stale`) and claimed again is left to that
+    run (:func:`dpbench.tuning.study.holds`); between that check and the tell, a late run's tell can still win: the
+    same trial, the same coins."""
+    if not holds(study._storage, trial._trial_id):
+        return  # put back and claimed again by another run: that run tells it
     state, value = optuna.trial.TrialState.FAIL, None
     try:
         if error is not None:
