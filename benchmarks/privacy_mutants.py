@@ -854,7 +854,8 @@ MUTANTS = [
            "        if False:", first="tests/test_requeue.py"),
     Mutant("claim-stale-beat", "tuning", "a trial is claimed with the heartbeat of its study's creation, so another "
            "worker takes it for dead and counts a death it never had",
-           "dpbench/tuning/study.py", "            storage.record_heartbeat(trial_id)  # fresh before it runs", "            pass  #",
+           "dpbench/tuning/study.py", "                beat.heartbeat = session.execute(sqlalchemy.func.now()).scalar()",
+           "                pass",
            first="tests/test_requeue.py"),
     Mutant("batch-death-counted", "tuning", "a death in a batch counts against each trial: three stops during one long "
            "job fail all its trials, so a stop's timing (K) decides the study", "dpbench/tuning/study.py",
