@@ -44,8 +44,10 @@ runs alone next; a trial that died alone ``REQUEUE_LIMIT`` times and dies again 
 itself (an error, a non-finite score): it counts as one of the K and never wins, so the ledger is always "K trials
 charged". Such failures are part of the trial's output: valid for failures caused by its own computation on the
 data (e.g. divergence), or independent of the data; a stop that lands on the same lone trial three times decides
-it. A re-run equals the first run up to floating point where the two ran in different batches
-(:mod:`dpbench.run.multiseed`), and a trial killed between two of its hyperparameter draws draws the rest anew.
+it. A claim holds a token: a worker whose trial was put back and claimed again neither writes nor tells it. Random
+search draws each hyperparameter from its own stream, so a trial killed between two draws draws the rest as it would
+have. A re-run equals the first run up to floating point where the two ran in different batches
+(:mod:`dpbench.run.multiseed`).
 
 The study's coins. When the study is created, its secret is drawn from the operating system's entropy
 (:func:`dpbench.privacy.streams.secret_seed`) and kept in the study's user attributes, with a random ``study_id``. K
