@@ -844,32 +844,39 @@ MUTANTS = [
            first="tests/test_multiseed.py::test_a_skipped_release_forms_its_correlated_noise_in_a_batch_as_alone"),
     Mutant("kill-fails-trial", "tuning", "a trial whose worker died fails instead of running again: a stop's "
            "timing, which depends on K, decides which studies release (and all-killed ones never do)",
-           "dpbench/tuning/study.py", "        trial.state = optuna.trial.TrialState.WAITING",
-           "        trial.state = optuna.trial.TrialState.FAIL", first="tests/test_requeue.py"),
+           "dpbench/tuning/claims.py", "if connection.execute(_TRIALS.update().where(*condition).values(state=TrialState.WAITING))",
+           "if connection.execute(_TRIALS.update().where(*condition).values(state=TrialState.FAIL))",
+           first="tests/test_requeue.py"),
     Mutant("requeue-unbounded", "tuning", "a trial that kills its worker every time is put back forever: the study "
-           "never releases, an outcome that may depend on the data", "dpbench/tuning/study.py",
+           "never releases, an outcome that may depend on the data", "dpbench/tuning/claims.py",
            "if deaths > REQUEUE_LIMIT:", "if False:", first="tests/test_requeue.py"),
     Mutant("requeue-live", "tuning", "a trial that beat again (or was claimed again) after Optuna listed it as stale "
-           "is put back and runs twice at once", "dpbench/tuning/study.py", "        if stale_only:",
-           "        if False:", first="tests/test_requeue.py"),
+           "is put back and runs twice at once", "dpbench/tuning/claims.py", "        if stale:\n",
+           "        if False:\n", first="tests/test_requeue.py"),
     Mutant("claim-stale-beat", "tuning", "a trial is claimed with the heartbeat of its study's creation, so another "
-           "worker takes it for dead and counts a death it never had",
-           "dpbench/tuning/study.py", "                beat.heartbeat = session.execute(sqlalchemy.func.now()).scalar()",
-           "                pass",
-           first="tests/test_requeue.py"),
+           "worker takes it for dead and counts a death it never had", "dpbench/tuning/claims.py",
+           "        _beat(connection, trial_id)\n", "", first="tests/test_requeue.py"),
     Mutant("batch-death-counted", "tuning", "a death in a batch counts against each trial: three stops during one long "
-           "job fail all its trials, so a stop's timing (K) decides the study", "dpbench/tuning/study.py",
-           "+ (count and not batched)", "+ count", first="tests/test_requeue.py"),
+           "job fail all its trials, so a stop's timing (K) decides the study", "dpbench/tuning/claims.py",
+           "+ (stale and not attrs.get(_BATCHED, False))", "+ stale", first="tests/test_requeue.py"),
+    Mutant("batch-claims-alone", "tuning", "a trial that died in a batch is claimed into the next batch, where its "
+           "deaths are never counted: a trial that kills its worker blocks the study forever", "dpbench/tuning/claims.py",
+           "        condition.append(~_has(trial_id, _ALONE, True))", "        pass", first="tests/test_requeue.py"),
+    Mutant("put-back-foreign", "tuning", "an interrupted worker puts back claims it no longer holds (another run's "
+           "live trial), which then runs twice", "dpbench/tuning/claims.py",
+           "            condition.append(_has(trial_id, _CLAIM, token))", "            pass",
+           first="tests/test_requeue.py"),
     Mutant("interrupt-fails-trial", "tuning", "an interrupted trial is told FAIL, so a Ctrl-C decides the study's K "
            "trials' outcomes", "dpbench/tuning/trials.py", "            put_back(storage, [trial_id])\n            raise",
            "            _finish(plan_, study, trial, number, None)\n            raise", first="tests/test_requeue.py"),
     Mutant("late-worker-tells", "tuning", "a worker whose trial was put back and claimed again by another run still "
            "writes its record and tells it", "dpbench/tuning/trials.py",
            "if not holds(study._storage, trial._trial_id):", "if False:", first="tests/test_requeue.py"),
-    Mutant("partial-draw-redraws", "tuning", "a trial run again after a kill between two hyperparameter draws draws "
-           "the rest from the start of its stream: its draws are not the search distribution's",
-           "dpbench/tuning/trials.py", "        self._rng = type(self._rng)(self._seeds[param_name])\n", "",
-           first="tests/test_requeue.py"),
+    Mutant("partial-draw-redraws", "tuning", "random search draws a trial's hyperparameters in sequence from one "
+           "stream, so a trial run again after a kill between two draws draws the rest from the stream's start: its "
+           "draws are not the search distribution's", "dpbench/tuning/trials.py",
+           "    return _KeyedRandomSampler(secret, trial_number, list(plan_.distributions))",
+           "    return optuna.samplers.RandomSampler(seed=seed)", first="tests/test_requeue.py"),
 ]
 
 

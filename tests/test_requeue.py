@@ -1,4 +1,4 @@
-"""A trial whose worker died runs again, the same trial (dpbench.tuning.study.requeue_stale): a killed study releases
+"""A trial whose worker died runs again, the same trial (dpbench.tuning.claims.requeue_stale): a killed study releases
 what it would have released; a live worker's trial, a trial just claimed after a long wait and a trial that beats
 again after being listed are left alone; a late worker neither writes nor tells a trial claimed again; a trial killed between two draws draws the rest
 as it would have; an interrupt is not an outcome and is not
@@ -9,6 +9,7 @@ import time
 import optuna
 import pytest
 
+from dpbench.tuning import claims
 from dpbench.tuning import search
 from dpbench.tuning import study as study_module
 from dpbench.tuning import trials as trials_module
@@ -41,7 +42,7 @@ def spec(tmp_path, name):
 def killed(tmp_path, name):
     """A study whose K trials a worker claimed, then died (RUNNING, no more beats)."""
     plan_, _, storage, study, _ = tune._open(spec(tmp_path, name))
-    claimed = list(study_module._claims(study, storage))
+    claimed = list(claims._claims(study, storage))
     assert len(claimed) == study.user_attrs["k"] == 2
     return plan_, storage, study, claimed
 
@@ -65,20 +66,20 @@ def test_a_trial_whose_worker_still_beats_is_left_running(tmp_path, secret):
     time.sleep(2 * HEARTBEAT)
     for trial_id, _ in claimed:
         storage.record_heartbeat(trial_id)  # within the grace period
-    study_module.requeue_stale(study, storage)
+    claims.requeue_stale(study, storage)
     assert {t.state for t in study.get_trials()} == {optuna.trial.TrialState.RUNNING}
 
 
 def test_a_trial_that_dies_more_than_the_limit_fails_and_counts(tmp_path, secret):
     _, storage, study, _ = killed(tmp_path, "dies")
-    for deaths in range(1, study_module.REQUEUE_LIMIT + 1):
+    for deaths in range(1, claims.REQUEUE_LIMIT + 1):
         stale()
-        study_module.requeue_stale(study, storage)
+        claims.requeue_stale(study, storage)
         assert {t.state for t in study.get_trials()} == {optuna.trial.TrialState.WAITING}
         assert {t.system_attrs["dpbench_deaths"] for t in study.get_trials()} == {deaths}
-        assert len(list(study_module._claims(study, storage))) == 2  # claimed again, and killed again
+        assert len(list(claims._claims(study, storage))) == 2  # claimed again, and killed again
     stale()
-    study_module.requeue_stale(study, storage)
+    claims.requeue_stale(study, storage)
     assert {t.state for t in study.get_trials()} == {optuna.trial.TrialState.FAIL}
 
 
@@ -86,18 +87,19 @@ def test_a_late_worker_neither_writes_nor_tells_a_trial_claimed_again(tmp_path, 
     """Its heartbeat was late, the trial was put back and claimed by another run (another process: another token)."""
     plan_, storage, study, claimed = killed(tmp_path, "late")
     (trial_id, number), _ = claimed
-    late_token, late = study_module._HELD[trial_id], optuna.Trial(study, trial_id)
+    key = str(storage.engine.url), trial_id
+    late_token, late = claims._HELD[key], optuna.Trial(study, trial_id)
     stale()
-    study_module.requeue_stale(study, storage)
+    claims.requeue_stale(study, storage)
     trials_module._finish(plan_, study, late, number, None, RuntimeError("late"))  # put back: not told
     assert study.get_trials()[number].state == optuna.trial.TrialState.WAITING
     assert "error" not in study.get_trials()[number].user_attrs
-    (again, _), = [c for c in study_module._claims(study, storage) if c[0] == trial_id]
-    new_token, study_module._HELD[trial_id] = study_module._HELD[trial_id], late_token  # the late worker's view
+    (again, _), = [c for c in claims._claims(study, storage) if c[0] == trial_id]
+    new_token, claims._HELD[key] = claims._HELD[key], late_token  # the late worker's view
     trials_module._finish(plan_, study, late, number, {"validation": {"noisy_accuracy": 0.9}})
     assert study.get_trials()[number].state == optuna.trial.TrialState.RUNNING
     assert "record" not in study.get_trials()[number].user_attrs
-    study_module._HELD[trial_id] = new_token
+    claims._HELD[key] = new_token
     study.tell(optuna.Trial(study, again), 0.5)  # the run again tells
     assert study.get_trials()[number].value == 0.5
 
@@ -106,7 +108,7 @@ def test_a_trial_killed_between_two_draws_draws_the_rest_as_it_would_have(tmp_pa
     plan_, storage, study, claimed = killed(tmp_path, "partial")
     (trial_id, number), _ = claimed
     whole_plan, _, whole_storage, whole_study, _ = tune._open(spec(tmp_path, "whole"))  # the same secret
-    (whole_id, whole_number), _ = list(study_module._claims(whole_study, whole_storage))
+    (whole_id, whole_number), _ = list(claims._claims(whole_study, whole_storage))
     _, expected = trials_module._begin(whole_plan, whole_study, whole_id, whole_number)
     first = next(iter(plan_.distributions))
     study.sampler = trials_module._sampler(plan_, study_module.study_secret(study), number)
@@ -130,23 +132,32 @@ def test_an_interrupted_trial_is_put_back_at_once_and_not_counted(tmp_path, secr
 
 
 def test_a_death_in_a_batch_is_not_counted_and_the_trial_runs_alone_next(tmp_path, secret):
-    _, storage, study, claimed = killed(tmp_path, "batch")
-    for trial_id, _ in claimed:
-        study_module.mark_batched(storage, trial_id)
+    _, _, storage, study, _ = tune._open(spec(tmp_path, "batch"))
+    assert len(list(claims._claims(study, storage, batched=True))) == 2
     stale()
-    study_module.requeue_stale(study, storage)
+    claims.requeue_stale(study, storage)
     trials = study.get_trials()
     assert {t.state for t in trials} == {optuna.trial.TrialState.WAITING}
     assert [t.system_attrs["dpbench_deaths"] for t in trials] == [0, 0]
-    assert all(study_module.dies_alone(t) for t in trials)
+    assert list(claims._claims(study, storage, batched=True)) == []  # not in a batch again
+    assert claims._claim(study, storage) is not None  # alone
+
+
+def test_a_process_puts_back_only_the_claims_it_holds(tmp_path, secret):
+    _, storage, study, claimed = killed(tmp_path, "foreign")
+    (trial_id, _), (other_id, _) = claimed
+    claims._HELD[str(storage.engine.url), other_id] = "another claim's token"
+    claims.put_back(storage, [trial_id, other_id])
+    states = [t.state for t in study.get_trials()]
+    assert states == [optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING]
 
 
 def test_a_trial_claimed_after_a_long_wait_is_not_taken_for_dead(tmp_path, secret):
     """Its heartbeat is the one recorded when the study was created; the claim beats first."""
     _, _, storage, study, _ = tune._open(spec(tmp_path, "late-claim"))
     stale()
-    claimed = list(study_module._claims(study, storage))
-    study_module.requeue_stale(study, storage)
+    claimed = list(claims._claims(study, storage))
+    claims.requeue_stale(study, storage)
     assert len(claimed) == 2 and {t.state for t in study.get_trials()} == {optuna.trial.TrialState.RUNNING}
 
 
@@ -157,5 +168,5 @@ def test_a_trial_that_beats_again_after_being_listed_is_left_running(tmp_path, s
     for trial_id, _ in claimed:
         storage.record_heartbeat(trial_id)
     monkeypatch.setattr(type(storage), "_get_stale_trial_ids", lambda self, study_id: [i for i, _ in claimed])
-    study_module.requeue_stale(study, storage)
+    claims.requeue_stale(study, storage)
     assert {t.state for t in study.get_trials()} == {optuna.trial.TrialState.RUNNING}

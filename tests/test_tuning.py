@@ -24,7 +24,7 @@ from dpbench.tuning.accounting import ValidationSplit, draw_k
 from dpbench.tuning.plan import MAX_TRIALS
 from dpbench.tuning.released import PUBLIC_TUNING_FIELDS
 from dpbench.tuning.study import _storage, default_storage, open_study, redacted, study_secret
-from dpbench.tuning.trials import _sampler, _trial_run_spec
+from dpbench.tuning.trials import _KeyedRandomSampler, _sampler, _trial_run_spec
 
 FAST = ["--epochs", "2", "--trials", "3", "--no-wandb"]  # a few seconds per study on digits
 
@@ -176,7 +176,7 @@ def test_storage_url_in_the_record_has_no_password():
 
 def test_an_interrupted_trial_runs_again_when_the_study_resumes(capsys, monkeypatch):
     """An interrupt is not an outcome of the trial: it is put back, uncounted, and the resumed study runs it again,
-    the same trial (its seed from the study's secret: dpbench.tuning.study.put_back)."""
+    the same trial (its seed from the study's secret: dpbench.tuning.claims.put_back)."""
     real_run, calls = engine.run, []
 
     def interrupted_once(spec):
@@ -238,7 +238,7 @@ def recomputed_draws(seed, record, count=MAX_TRIALS):
     study = optuna.create_study(direction="maximize")
     draws = []
     for number in range(count):
-        study.sampler = optuna.samplers.RandomSampler(seed=streams.derive(seed, "tuning-search", number) % 2**32)
+        study.sampler = _KeyedRandomSampler(seed, number, list(found))  # trial k's draws: its streams of the coins
         draws.append(study.ask(found).params)
     return draws
 

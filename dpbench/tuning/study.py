@@ -1,26 +1,23 @@
 """A study's Optuna storage: the storage and its release table, the study created with its secret, K and K WAITING
-trials (or joined), trials claimed atomically and kept alive by heartbeats, and the released record inserted once
-(:mod:`dpbench.tuning.tune` describes the protocol)."""
+trials (or joined), and the released record inserted once (:mod:`dpbench.tuning.tune` describes the protocol; the
+trials' claims and heartbeats are in :mod:`dpbench.tuning.claims`)."""
 from __future__ import annotations
 
 import json
 import secrets
-import threading
 import time
 import warnings
-from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import optuna
 import sqlalchemy
-from optuna.storages._rdb import models
-from optuna.storages._rdb.storage import _create_scoped_session
 
 from dpbench.data.files import dpbench_home
 from dpbench.errors import UsageError
 from dpbench.privacy import streams
 from dpbench.tuning.accounting import draw_k
+from dpbench.tuning.claims import _trial_ids
 from dpbench.tuning.plan import Plan, TuneSpec
 
 
@@ -114,69 +111,6 @@ def open_study(plan_: Plan, storage: optuna.storages.RDBStorage, name: str, wait
     return study
 
 
-def _trial_ids(study: optuna.Study, storage: optuna.storages.RDBStorage, states=None) -> list[tuple[int, int]]:
-    """(storage id, number) of the study's trials in ``states``."""
-    study_id = storage.get_study_id_from_name(study.study_name)
-    return [(storage.get_trial_id_from_study_id_trial_number(study_id, trial.number), trial.number)
-            for trial in study.get_trials(deepcopy=False, states=states)]
-
-
-def _claims(study: optuna.Study, storage: optuna.storages.RDBStorage):
-    """Take WAITING trials, one (storage id, number) per ``next``, from one listing of the study's waiting trials (the
-    ones another worker takes first are skipped): each in one locked transaction, WAITING → RUNNING with a fresh
-    heartbeat (a trial claimed after a long wait is never taken for dead) and a new claim token, which this process
-    keeps (:func:`holds`)."""
-    for trial_id, number in _trial_ids(study, storage, (optuna.trial.TrialState.WAITING,)):
-        token = secrets.token_hex(8)
-        with _create_scoped_session(storage.scoped_session, True) as session:
-            trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=True)
-            if trial.state != optuna.trial.TrialState.WAITING:
-                continue
-            trial.state, trial.datetime_start = optuna.trial.TrialState.RUNNING, datetime.now()
-            beat = models.TrialHeartbeatModel.where_trial_id(trial_id, session, True)
-            if beat is None:
-                session.add(models.TrialHeartbeatModel(trial_id=trial_id))
-            else:
-                beat.heartbeat = session.execute(sqlalchemy.func.now()).scalar()
-            _set_system_attrs(session, trial, {_CLAIM: token})
-        _HELD[trial_id] = token
-        yield trial_id, number
-
-
-def holds(storage: optuna.storages.RDBStorage, trial_id: int) -> bool:
-    """Whether this process's claim on the trial is still the current one: a worker whose trial was put back (its
-    heartbeat late) and claimed again by another run neither writes its record nor tells it."""
-    token = _HELD.get(trial_id)
-    return token is not None and storage.get_trial(trial_id).system_attrs.get(_CLAIM) == token
-
-
-def _claim(study: optuna.Study, storage: optuna.storages.RDBStorage) -> tuple[int, int] | None:
-    """Atomically take a WAITING trial: its (storage id, number); None when none is left."""
-    return next(_claims(study, storage), None)
-
-
-class _Heartbeat:
-    """Record the heartbeats of trials (one id or a list) every ``interval`` seconds while their worker lives."""
-
-    def __init__(self, storage: optuna.storages.RDBStorage, trial_ids: int | list[int], interval: int):
-        self.storage, self.interval = storage, interval
-        self.trial_ids = trial_ids if isinstance(trial_ids, list) else [trial_ids]
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._beat, daemon=True)
-
-    def _beat(self):
-        while not self.stop.wait(self.interval):
-            for trial_id in self.trial_ids:
-                self.storage.record_heartbeat(trial_id)
-
-    def __enter__(self):
-        self.thread.start()
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join()
-
-
 def ledger(study: optuna.Study) -> dict[str, Any]:
     """The study's trials by state: every one of them is charged."""
     trials = study.get_trials(deepcopy=False)
@@ -184,82 +118,6 @@ def ledger(study: optuna.Study) -> dict[str, Any]:
     for trial in trials:
         states[trial.state.name] = states.get(trial.state.name, 0) + 1
     return {"k": study.user_attrs["k"], "trials": len(trials), "states": states}
-
-
-#: How often a trial that died *alone* is put back to run again; its next death is its outcome (FAIL, counted).
-REQUEUE_LIMIT = 2
-
-
-def put_back(storage: optuna.storages.RDBStorage, trial_ids: list[int]) -> None:
-    """Put claimed trials that were interrupted in this living process (Ctrl-C, exit) back to WAITING at once, not
-    counted as deaths: an interrupt is not an outcome of a trial."""
-    for trial_id in trial_ids:
-        _requeue(storage, trial_id, stale_only=False, count=False)
-
-
-def requeue_stale(study: optuna.Study, storage: optuna.storages.RDBStorage) -> None:
-    """Put the study's RUNNING trials whose heartbeat stopped (their worker was killed, its machine lost) back to
-    WAITING, the same trial (number, and so seed, hyperparameter draw and score noise from the study's secret): run
-    again, it gives the result it would have given, so a kill delays the study's release and does not change it,
-    whatever the kill depended on (a job's duration depends on its K: a policy that drops or redraws killed studies
-    would condition K's law on surviving). A trial that died in a batch (:func:`mark_batched`) is not counted: it
-    runs alone next (:func:`dies_alone`). A trial that died alone is counted, and after ``REQUEUE_LIMIT`` such
-    deaths the next is its outcome (FAIL: it counts, and never wins), as one whose own computation kills its worker
-    must be, lest the study never release; a stop that lands on the same lone trial three times does decide it."""
-    for trial_id in storage._get_stale_trial_ids(study._study_id):
-        _requeue(storage, trial_id, stale_only=True, count=True)
-
-
-def _requeue(storage: optuna.storages.RDBStorage, trial_id: int, stale_only: bool, count: bool) -> None:
-    """One trial RUNNING → WAITING (or FAIL at the limit) in one locked transaction that checks again that it is
-    RUNNING and, if ``stale_only``, still stale: a trial told, or claimed again and beating, since it was listed is
-    left alone, and of two processes requeueing it one does. Optuna's own schema (a private module): its public
-    calls are one transaction each."""
-    grace = timedelta(seconds=storage.grace_period or 2 * storage.heartbeat_interval)
-    with _create_scoped_session(storage.scoped_session, True) as session:
-        trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=True)
-        if trial.state != optuna.trial.TrialState.RUNNING:
-            return
-        if stale_only:
-            beat = models.TrialHeartbeatModel.where_trial_id(trial_id, session)
-            now = session.execute(sqlalchemy.func.now()).scalar().replace(tzinfo=None)
-            if beat is None or now - beat.heartbeat <= grace:
-                return
-        attrs = {a.key: json.loads(a.value_json) for a in trial.system_attributes}
-        batched = attrs.get(_BATCHED, False)
-        deaths = attrs.get(_DEATHS, 0) + (count and not batched)
-        if deaths > REQUEUE_LIMIT:
-            trial.state = optuna.trial.TrialState.FAIL
-            trial.datetime_complete = datetime.now()
-            return
-        trial.state = optuna.trial.TrialState.WAITING
-        _set_system_attrs(session, trial, {_DEATHS: deaths, _BATCHED: False, _CLAIM: None,
-                                           _ALONE: (batched and count) or attrs.get(_ALONE, False)})
-
-
-def _set_system_attrs(session, trial, values: dict[str, Any]) -> None:
-    """Set a trial's system attributes inside the caller's transaction (Optuna's JSON encoding)."""
-    for key, value in values.items():
-        found = models.TrialSystemAttributeModel.find_by_trial_and_key(trial, key, session)
-        if found is None:
-            session.add(models.TrialSystemAttributeModel(trial_id=trial.trial_id, key=key, value_json=json.dumps(value)))
-        else:
-            found.value_json = json.dumps(value)
-
-
-_DEATHS, _BATCHED, _ALONE, _CLAIM = "dpbench_deaths", "dpbench_batched", "dpbench_alone", "dpbench_claim"
-#: This process's claims: trial id → the token of its claim.
-_HELD: dict[int, str] = {}
-
-
-def mark_batched(storage: optuna.storages.RDBStorage, trial_id: int) -> None:
-    """The trial trains in a batch with others now: if its worker dies, the death is not counted against it."""
-    storage.set_trial_system_attr(trial_id, _BATCHED, True)
-
-
-def dies_alone(trial: optuna.trial.FrozenTrial) -> bool:
-    """Whether the trial died once in a batch and must run alone (where a death of its own is counted)."""
-    return trial.system_attrs.get(_ALONE, False)
 
 
 def _stored_seed(storage: optuna.storages.RDBStorage, name: str) -> int | None:

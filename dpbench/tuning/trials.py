@@ -20,8 +20,8 @@ from dpbench.spec import RunSpec
 from dpbench.tuning import search
 from dpbench.tuning.accounting import ValidationSplit
 from dpbench.tuning.plan import Plan
-from dpbench.tuning.study import (_claim, _Heartbeat, dies_alone, holds, mark_batched, put_back, requeue_stale,
-                                  study_secret)
+from dpbench.tuning.claims import _claim, _Heartbeat, holds, put_back, requeue_stale
+from dpbench.tuning.study import study_secret
 
 
 class _KeyedRandomSampler(optuna.samplers.RandomSampler):
@@ -100,8 +100,8 @@ def _begin(plan_: Plan, study: optuna.Study, trial_id: int, number: int):
 def _finish(plan_: Plan, study: optuna.Study, trial: optuna.Trial, number: int, record: dict[str, Any] | None,
             error: BaseException | None = None) -> None:
     """Tell the study a trial's outcome: COMPLETE with its score, or FAIL (it counts either way). A trial put back
-    meanwhile (its heartbeat was late: :func:`dpbench.tuning.study.requeue_stale`) and claimed again is left to that
-    run (:func:`dpbench.tuning.study.holds`); between that check and the tell, a late run's tell can still win: the
+    meanwhile (its heartbeat was late: :func:`dpbench.tuning.claims.requeue_stale`) and claimed again is left to that
+    run (:func:`dpbench.tuning.claims.holds`); between that check and the tell, a late run's tell can still win: the
     same trial, the same coins."""
     if not holds(study._storage, trial._trial_id):
         return  # put back and claimed again by another run: that run tells it
@@ -131,7 +131,7 @@ def _finish(plan_: Plan, study: optuna.Study, trial: optuna.Trial, number: int, 
 def _run_trial(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBStorage,
                claimed: tuple[int, int]) -> None:
     """Sample, train and score one claimed trial and tell the study (while its heartbeat beats); any failure is told
-    as FAIL (it counts); an interrupt puts it back (:func:`dpbench.tuning.study.put_back`)."""
+    as FAIL (it counts); an interrupt puts it back (:func:`dpbench.tuning.claims.put_back`)."""
     trial_id, number = claimed
     with _Heartbeat(storage, trial_id, plan_.spec.heartbeat_interval):
         if storage.get_trial(trial_id).state != optuna.trial.TrialState.RUNNING:
@@ -153,21 +153,13 @@ def _run_together(claimed: list[tuple[Plan, optuna.Study, tuple[int, int]]],
                   storage: optuna.storages.RDBStorage) -> None:
     """Claimed trials of studies that share a per-trial mechanism, trained as one batch where
     :mod:`dpbench.run.multiseed` applies (each trial keeps its own seed, hyperparameters, noise and score), else one
-    by one; each trial is told its own outcome, as :func:`_run_trial` would. A trial that died in a batch before runs
-    alone (a death of its own then counts: :func:`dpbench.tuning.study.requeue_stale`)."""
-    alone = [entry for entry in claimed if dies_alone(storage.get_trial(entry[2][0]))]
-    for plan_, study, ids in alone:
-        _run_trial(plan_, study, storage, ids)
-    claimed = [entry for entry in claimed if entry not in alone]
-    if not claimed:
-        return
+    by one; each trial is told its own outcome, as :func:`_run_trial` would."""
     ids = [trial_id for _, _, (trial_id, _) in claimed]
     interval = min(plan_.spec.heartbeat_interval for plan_, _, _ in claimed)
     with _Heartbeat(storage, ids, interval):
         try:
             begun = []
             for plan_, study, (trial_id, number) in claimed:
-                mark_batched(storage, trial_id)
                 trial, params = _begin(plan_, study, trial_id, number)
                 begun.append((plan_, study, trial, number, params))
             specs = [_trial_run_spec(plan_, params, number, study_secret(study))
@@ -193,7 +185,7 @@ def _run_together(claimed: list[tuple[Plan, optuna.Study, tuple[int, int]]],
 
 def work(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBStorage) -> None:
     """Run trials until none is left to claim and none runs elsewhere; a trial whose worker died is run again
-    (:func:`dpbench.tuning.study.requeue_stale`)."""
+    (:func:`dpbench.tuning.claims.requeue_stale`)."""
     while True:
         requeue_stale(study, storage)
         if (claimed := _claim(study, storage)) is not None:

@@ -32,22 +32,20 @@ how training and score compose, the RDP curves under either neighbouring relatio
 Trials and the ledger. The study (Optuna storage: an SQLite file under ``DPBENCH_HOME`` by default, any
 SQLAlchemy URL, e.g. PostgreSQL, for many workers) holds exactly K trials from the moment it exists: the worker
 that creates it draws K once (from the study's secret, below), stores it in the study's user attributes and
-enqueues K ``WAITING`` trials. A worker claims a trial by the storage's atomic WAITING → RUNNING transition (its
-heartbeat recorded first), so no worker can add a (K+1)-th. A running trial records a heartbeat and is told its
-outcome while it beats. A trial whose worker died (killed, machine lost) stops beating; after the grace period any
-worker puts it back to WAITING and runs it again (:func:`dpbench.tuning.study.requeue_stale`, one locked transaction
-that checks it is still RUNNING and stale); an interrupt (Ctrl-C) puts it back at once. It is the same trial: its
-seed, hyperparameters and score noise come from the secret and its number, so it gives the result it would have
-given, and a kill delays the release without changing it (a job's duration depends on its K: dropping or redrawing
-killed studies would condition K's law on surviving). Deaths in a batch of trials are not counted, and such a trial
-runs alone next; a trial that died alone ``REQUEUE_LIMIT`` times and dies again is ``FAIL``, as is one that fails by
-itself (an error, a non-finite score): it counts as one of the K and never wins, so the ledger is always "K trials
-charged". Such failures are part of the trial's output: valid for failures caused by its own computation on the
-data (e.g. divergence), or independent of the data; a stop that lands on the same lone trial three times decides
-it. A claim holds a token: a worker whose trial was put back and claimed again neither writes nor tells it. Random
-search draws each hyperparameter from its own stream, so a trial killed between two draws draws the rest as it would
-have. A re-run equals the first run up to floating point where the two ran in different batches
-(:mod:`dpbench.run.multiseed`).
+enqueues K ``WAITING`` trials. A worker claims a trial by a compare-and-set WAITING → RUNNING update with a fresh
+heartbeat and a claim token (:mod:`dpbench.tuning.claims`), so no worker can add a (K+1)-th, and tells its outcome
+while its heartbeat beats. A trial whose worker died (killed, machine lost) stops beating; after the grace period
+any worker puts it back to WAITING (a compare-and-set that checks it is still RUNNING and stale) and runs it again;
+an interrupt (Ctrl-C) puts it back at once. It is the same trial: its seed, hyperparameter draws (each from its own
+stream) and score noise come from the secret and its number, so it gives the result it would have given, up to
+floating point where the two runs trained in different batches (:mod:`dpbench.run.multiseed`), and a kill delays
+the release without changing it (a job's duration depends on its K: dropping or redrawing killed studies would
+condition K's law on surviving). A worker whose claim was replaced meanwhile neither writes nor tells the trial.
+Deaths in a batch are not counted, and such a trial runs alone next; a trial that died alone ``REQUEUE_LIMIT``
+times and dies again is ``FAIL``, as is one that fails by itself (an error, a non-finite score): it counts as one
+of the K and never wins, so the ledger is always "K trials charged". A failure caused by the trial's own
+computation on its coins and the data (e.g. divergence) is part of its output, as the bound allows; a death at the
+limit is not, when the deaths were stops, whose timing depends on K: that residual is not covered.
 
 The study's coins. When the study is created, its secret is drawn from the operating system's entropy
 (:func:`dpbench.privacy.streams.secret_seed`) and kept in the study's user attributes, with a random ``study_id``. K
@@ -76,8 +74,8 @@ from dpbench.errors import UsageError
 from dpbench.privacy import streams
 from dpbench.tuning.plan import Plan, TuneSpec, plan
 from dpbench.tuning.released import _release
-from dpbench.tuning.study import (_claims, _storage, _stored_seed, default_storage, default_study_name, open_study,
-                                  requeue_stale)
+from dpbench.tuning.claims import _claims, requeue_stale
+from dpbench.tuning.study import _storage, _stored_seed, default_storage, default_study_name, open_study
 from dpbench.tuning.trials import _run_together, work
 
 
@@ -119,7 +117,7 @@ def tune_together(specs: list[TuneSpec]) -> list[dict[str, Any]]:
     claimed = []
     for plan_, _, storage, study, _ in opened:  # all K trials are enqueued when the study is created
         requeue_stale(study, storage)  # a killed sweep's trials train in this batch again
-        claimed += [(plan_, study, ids) for ids in _claims(study, storage)]
+        claimed += [(plan_, study, ids) for ids in _claims(study, storage, batched=True)]
     if claimed:
         _run_together(claimed, opened[0][2])
     released = []
