@@ -877,6 +877,10 @@ MUTANTS = [
            "draws are not the search distribution's", "dpbench/tuning/trials.py",
            "    return _KeyedRandomSampler(secret, trial_number, list(plan_.distributions))",
            "    return optuna.samplers.RandomSampler(seed=seed)", first="tests/test_requeue.py"),
+    Mutant("heartbeat-dies-on-error", "tuning", "one storage error (Optuna's StorageInternalError) ends a trial's "
+           "heartbeats: the live trial is taken for dead, run again and, alone, counted", "dpbench/tuning/claims.py",
+           "except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError):",
+           "except sqlalchemy.exc.SQLAlchemyError:", first="tests/test_requeue.py"),
 ]
 
 

@@ -170,3 +170,21 @@ def test_a_trial_that_beats_again_after_being_listed_is_left_running(tmp_path, s
     monkeypatch.setattr(type(storage), "_get_stale_trial_ids", lambda self, study_id: [i for i, _ in claimed])
     claims.requeue_stale(study, storage)
     assert {t.state for t in study.get_trials()} == {optuna.trial.TrialState.RUNNING}
+
+
+def test_a_storage_error_skips_a_beat_and_the_beats_go_on(tmp_path, secret, monkeypatch):
+    """Optuna wraps the storage's errors (a lock timeout, a lost connection) in StorageInternalError: the heartbeat
+    must survive one, or a live trial goes stale and is run again (and, alone, counted dead)."""
+    _, storage, study, claimed = killed(tmp_path, "beats")
+    calls, real = [], type(storage).record_heartbeat
+
+    def flaky(self, trial_id):
+        calls.append(trial_id)
+        if len(calls) == 1:
+            raise optuna.exceptions.StorageInternalError("database is locked")
+        return real(self, trial_id)
+
+    monkeypatch.setattr(type(storage), "record_heartbeat", flaky)
+    with claims._Heartbeat(storage, [claimed[0][0]], HEARTBEAT):
+        time.sleep(2.5 * HEARTBEAT)
+    assert len(calls) >= 2

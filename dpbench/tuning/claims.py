@@ -165,8 +165,8 @@ class _Heartbeat:
             for trial_id in self.trial_ids:
                 try:
                     self.storage.record_heartbeat(trial_id)
-                except sqlalchemy.exc.SQLAlchemyError:
-                    continue
+                except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError):
+                    continue  # Optuna wraps the storage's errors in StorageInternalError
 
     def __enter__(self):
         self.thread.start()

@@ -110,16 +110,18 @@ def tune(spec: TuneSpec) -> dict[str, Any]:
 
 def tune_together(specs: list[TuneSpec]) -> list[dict[str, Any]]:
     """:func:`tune` for studies that run one per-trial mechanism (the leaderboard's tuning seeds of a cell: same
-    method, task, budget, K distribution, fixed settings and split seed), their trials trained as one batch. Each
+    method, task, budget, K distribution, fixed settings and split seed), their trials trained as one batch per storage. Each
     study keeps its own K, ledger and single release; the records are those :func:`tune` would give."""
     storages: dict = {}  # one storage for studies in the same database
     opened = [_open(spec, storages) for spec in specs]
-    claimed = []
+    batches: dict[int, tuple] = {}  # one batch per storage, so that its trials' beats go there
     for plan_, _, storage, study, _ in opened:  # all K trials are enqueued when the study is created
         requeue_stale(study, storage)  # a killed sweep's trials train in this batch again
-        claimed += [(plan_, study, ids) for ids in _claims(study, storage, batched=True)]
-    if claimed:
-        _run_together(claimed, opened[0][2])
+        batch = batches.setdefault(id(storage), (storage, []))[1]
+        batch += [(plan_, study, ids) for ids in _claims(study, storage, batched=True)]
+    for storage, batch in batches.values():
+        if batch:
+            _run_together(batch, storage)
     released = []
     for plan_, url, storage, study, name in opened:
         work(plan_, study, storage)  # other workers' trials of these studies, if any
