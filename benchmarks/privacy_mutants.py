@@ -881,6 +881,10 @@ MUTANTS = [
            "heartbeats: the live trial is taken for dead, run again and, alone, counted", "dpbench/tuning/claims.py",
            "except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError):",
            "except sqlalchemy.exc.SQLAlchemyError:", first="tests/test_requeue.py"),
+    Mutant("postgres-session-tz", "tuning", "a PostgreSQL worker's session keeps its role's or database's time zone: "
+           "heartbeats (naive session times) of workers in other zones look stale or never stale",
+           "dpbench/tuning/study.py", '        kwargs = {"connect_args": {"options": "-c timezone=UTC"}}',
+           "        kwargs = {}", first="tests/test_tuning_postgres.py::test_every_workers_session_is_in_utc"),
 ]
 
 

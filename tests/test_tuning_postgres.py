@@ -106,3 +106,16 @@ def test_two_workers_one_killed_mid_trial_run_exactly_k_trials(postgres_url, tmp
     assert json.loads(late_out) == record
     assert not (tmp_path / "late" / "results.sqlite").exists()
     assert len(trials_of(postgres_url)[1]) == k
+
+
+def test_every_workers_session_is_in_utc(postgres_url):
+    """Heartbeats are naive timestamps of the session's clock: a worker whose session has another time zone (the
+    role's or database's setting) would take live trials for dead, or dead ones for alive."""
+    from dpbench.tuning.study import _storage
+
+    with sqlalchemy.create_engine(postgres_url).begin() as connection:
+        connection.execute(sqlalchemy.text("ALTER ROLE CURRENT_USER SET timezone = 'America/New_York'"))
+    with sqlalchemy.create_engine(postgres_url).connect() as connection:  # the setting holds for plain sessions
+        assert connection.execute(sqlalchemy.text("SHOW timezone")).scalar() == "America/New_York"
+    with _storage(postgres_url, 10).engine.connect() as connection:
+        assert connection.execute(sqlalchemy.text("SHOW timezone")).scalar() == "UTC"

@@ -56,6 +56,8 @@ def _storage(url: str, heartbeat_interval: int, attempts: int = 5) -> optuna.sto
     can collide creating the tables (PostgreSQL's CREATE TABLE IF NOT EXISTS is not atomic; SQLite reports "table
     already exists" to the second of two sweep workers): retried."""
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+    if url.startswith("postgresql"):  # heartbeats are naive session times: every worker's session in UTC
+        kwargs = {"connect_args": {"options": "-c timezone=UTC"}}
     for attempt in range(attempts):
         try:
             with warnings.catch_warnings():
