@@ -885,6 +885,9 @@ MUTANTS = [
            "heartbeats (naive session times) of workers in other zones look stale or never stale",
            "dpbench/tuning/study.py", '        kwargs = {"connect_args": {"options": "-c timezone=UTC"}}',
            "        kwargs = {}", first="tests/test_tuning_postgres.py::test_every_workers_session_is_in_utc"),
+    Mutant("release-time", "tuning", "a released tuned record keeps its release's time, the study's duration (a "
+           "function of K) to the second", "dpbench/tuning/released.py", "    return release_day(records.seal(record))",
+           "    return records.seal(record)", first="tests/test_tuning.py::test_the_release_carries_its_day_not_its_time"),
 ]
 
 

@@ -243,6 +243,13 @@ def recomputed_draws(seed, record, count=MAX_TRIALS):
     return draws
 
 
+def test_the_release_carries_its_day_not_its_time(capsys):
+    """A release's time is its study's duration, a function of K: only the day leaves the study."""
+    record = tune_json(capsys, "--method", "dpsgd", "--task", "digits", "--epsilon", "1", *FAST)
+    assert record["created_at"].endswith("T00:00:00+00:00") and record["train_seconds"] is None
+    assert record["run_id"] == store.content_id(record)
+
+
 def test_k_and_the_winner_cannot_be_recomputed_from_the_released_record(capsys):
     """The attack on the committed board (issue 31): K was draw_k(k_distribution, seed) and trial k's draw came from
     the seed's ``tuning-search`` stream at k, both public, so every random-stopping record gave away K and which

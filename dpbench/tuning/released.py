@@ -90,7 +90,16 @@ def released_record(plan_: Plan, study: optuna.Study, storage_url: str) -> dict[
                    "delta": plan_.delta if plan_.method.private else None, "tuning": tuning})
     if not set(tuning) <= PUBLIC_TUNING_FIELDS:
         raise RuntimeError(f"the released tuning record would carry {sorted(set(tuning) - PUBLIC_TUNING_FIELDS)}")
-    return records.seal(record)
+    return release_day(records.seal(record))
+
+
+def release_day(record: dict[str, Any]) -> dict[str, Any]:
+    """The record stamped with its release's day only (midnight UTC), resealed: the time of a release is the time
+    its study took, a function of its K (and, in a sweep's job, of the other studies' K), which the gaps between
+    records' times would give away."""
+    record["created_at"] = record["created_at"][:10] + "T00:00:00+00:00"
+    record["run_id"] = store.content_id(record)
+    return record
 
 
 def _release(plan_: Plan, url: str, study: optuna.Study, name: str) -> dict[str, Any]:
