@@ -888,6 +888,10 @@ MUTANTS = [
     Mutant("release-time", "tuning", "a released tuned record keeps its release's time, the study's duration (a "
            "function of K) to the second", "dpbench/tuning/released.py", "    return release_day(records.seal(record))",
            "    return records.seal(record)", first="tests/test_tuning.py::test_the_release_carries_its_day_not_its_time"),
+    Mutant("heartbeat-mismatch", "tuning", "a worker joins a study with another heartbeat interval, so it takes the "
+           "live trials of slower-beating workers for dead and counts their deaths", "dpbench/tuning/study.py",
+           "    if beats is not None and beats != storage.heartbeat_interval:", "    if False:",
+           first="tests/test_requeue.py"),
 ]
 
 

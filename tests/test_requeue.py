@@ -188,3 +188,16 @@ def test_a_storage_error_skips_a_beat_and_the_beats_go_on(tmp_path, secret, monk
     with claims._Heartbeat(storage, [claimed[0][0]], HEARTBEAT):
         time.sleep(2.5 * HEARTBEAT)
     assert len(calls) >= 2
+
+
+def test_a_worker_joining_with_another_heartbeat_is_refused(tmp_path, secret):
+    """Staleness is judged by each worker's own grace period: a worker beating every 10 s would take the trials of
+    one beating every 60 s for dead (and count their deaths)."""
+    from dataclasses import replace
+
+    from dpbench.errors import UsageError
+
+    tune._open(spec(tmp_path, "beats-slow"))
+    with pytest.raises(UsageError, match="heartbeat-interval 1"):
+        tune._open(replace(spec(tmp_path, "beats-slow"), heartbeat_interval=10))
+    tune._open(spec(tmp_path, "beats-slow"))  # the same interval joins

@@ -97,6 +97,7 @@ def open_study(plan_: Plan, storage: optuna.storages.RDBStorage, name: str, wait
         study.set_user_attr("secret", secret)
         study.set_user_attr("study_id", secrets.token_hex(8))
         study.set_user_attr("k", k)
+        study.set_user_attr("heartbeat_interval", storage.heartbeat_interval)
         for _ in range(k):
             study.enqueue_trial({})
         for trial_id, _ in _trial_ids(study, storage):  # a claimed trial is never without a heartbeat
@@ -110,6 +111,9 @@ def open_study(plan_: Plan, storage: optuna.storages.RDBStorage, name: str, wait
         time.sleep(0.5)
     if study.user_attrs["dpbench_config"] != json.loads(json.dumps(plan_.config)):
         raise UsageError(f"study {name} was created with other settings; use another --study")
+    beats = study.user_attrs.get("heartbeat_interval")
+    if beats is not None and beats != storage.heartbeat_interval:  # one grace period for all of a study's workers
+        raise UsageError(f"study {name}'s workers beat every {beats} s: join it with --heartbeat-interval {beats}")
     return study
 
 
