@@ -883,8 +883,22 @@ MUTANTS = [
            "except sqlalchemy.exc.SQLAlchemyError:", first="tests/test_requeue.py"),
     Mutant("postgres-session-tz", "tuning", "a PostgreSQL worker's session keeps its role's or database's time zone: "
            "heartbeats (naive session times) of workers in other zones look stale or never stale",
-           "dpbench/tuning/study.py", '        kwargs = {"connect_args": {"options": "-c timezone=UTC"}}',
-           "        kwargs = {}", first="tests/test_tuning_postgres.py::test_every_workers_session_is_in_utc"),
+           "dpbench/tuning/study.py", '                sqlalchemy.event.listen(storage.engine, "connect", _utc)',
+           "                pass", first="tests/test_tuning_postgres.py::test_every_workers_session_is_in_utc"),
+    Mutant("utc-pooled-connections", "tuning", "the connections Optuna opened before the UTC listener stay pooled "
+           "in the session's own zone (PGTZ, the role's)", "dpbench/tuning/study.py",
+           "                storage.engine.dispose()  # the connections Optuna opened before the listener\n", "",
+           first="tests/test_tuning_postgres.py"),
+    Mutant("utc-not-committed", "tuning", "the UTC setting is left in the connection's first transaction, so the "
+           "pool's rollback undoes it", "dpbench/tuning/study.py", "    cursor.close()\n    connection.commit()",
+           "    cursor.close()", first="tests/test_tuning_postgres.py"),
+    Mutant("sigterm-counts-death", "tuning", "a SIGTERM (a sweep closing its workers, a scheduler's stop) leaves the "
+           "claimed trials RUNNING: they go stale and a lone trial's death counts, so stops decide its FAIL",
+           "dpbench/tuning/claims.py", "                _requeue(_STORAGES[url], trial_id, stale=False, token=token)",
+           "                pass", first="tests/test_requeue.py"),
+    Mutant("sweep-worker-no-sigterm", "tuning", "the sweep's Dask workers install no SIGTERM handling, so the sweep's "
+           "close leaves their claimed trials RUNNING", "dpbench/board/sweep.py",
+           "        claims.put_back_on_sigterm()\n", "", first="tests/test_requeue.py"),
     Mutant("release-time", "tuning", "a released tuned record keeps its release's time, the study's duration (a "
            "function of K) to the second", "dpbench/tuning/released.py", "    return release_day(records.seal(record))",
            "    return records.seal(record)", first="tests/test_tuning.py::test_the_release_carries_its_day_not_its_time"),

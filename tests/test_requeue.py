@@ -201,3 +201,52 @@ def test_a_worker_joining_with_another_heartbeat_is_refused(tmp_path, secret):
     with pytest.raises(UsageError, match="heartbeat-interval 1"):
         tune._open(replace(spec(tmp_path, "beats-slow"), heartbeat_interval=10))
     tune._open(spec(tmp_path, "beats-slow"))  # the same interval joins
+
+
+def terminated_while_running(tmp_path, command: list[str], name: str) -> list[optuna.trial.FrozenTrial]:
+    """Start ``command`` (a process that joins the study ``name`` of :func:`spec`, whose K is 2), SIGTERM it once it
+    runs a trial, and return the study's trials after it ended (of SIGTERM)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    _, _, storage, study, _ = tune._open(spec(tmp_path, name))  # created here, with the fixture's secret
+    child = subprocess.Popen([sys.executable, *command], env={**os.environ, "OMP_NUM_THREADS": "1",
+                                                             "DPBENCH_HOME": str(tmp_path / "home")},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not any(t.state == optuna.trial.TrialState.RUNNING for t in study.get_trials()):
+        assert time.monotonic() < deadline and child.poll() is None, child.communicate()
+        time.sleep(0.2)
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=60) == -signal.SIGTERM, child.communicate()
+    return study.get_trials()
+
+
+def test_a_terminated_tune_puts_its_trial_back_at_once_and_uncounted(tmp_path, secret):
+    """SIGTERM (a batch scheduler's stop) is not an outcome of the trial: it is WAITING at once, with no death
+    counted (a counted death would leave the trial's FAIL at REQUEUE_LIMIT to the timing of stops)."""
+    trials = terminated_while_running(tmp_path, [
+        "-m", "dpbench", "tune", "--method", "dpsgd", "--task", "digits", "--epsilon", "1", "--trials", "2",
+        "--k-distribution", "poisson", "--epochs", "2", "--storage", f"sqlite:///{tmp_path / 'cli.sqlite'}",
+        "--study", "cli", "--heartbeat-interval", str(HEARTBEAT), "--no-wandb"], "cli")
+    assert {t.state for t in trials} == {optuna.trial.TrialState.WAITING}
+    assert {t.system_attrs.get("dpbench_deaths", 0) for t in trials} == {0}
+
+
+def test_a_terminated_sweep_worker_puts_its_claims_back_uncounted(tmp_path, secret):
+    """A sweep closes its Dask workers with SIGTERM (dpbench.board.sweep._close_local); the worker plugin's setup
+    makes that put the worker's claims back, as a batch of trials holds them (here two, claimed together)."""
+    script = (f"import time\nfrom dpbench.board import sweep\nfrom dpbench.tuning import claims, tune\n"
+              f"sweep._WorkerSetup(1, 1, '').setup(None)\n"
+              f"_, _, storage, study, _ = tune._open(tune.TuneSpec(method='dpsgd', task='digits', epsilon=1.0, "
+              f"trials=2.0, k_distribution='poisson', overrides={{'epochs': 2}}, "
+              f"storage='sqlite:///{tmp_path / 'worker.sqlite'}', study='worker', heartbeat_interval={HEARTBEAT}, "
+              f"no_wandb=True, append_to_store=False))\n"
+              f"assert len(list(claims._claims(study, storage, batched=True))) == 2\n"
+              f"time.sleep(120)\n")
+    trials = terminated_while_running(tmp_path, ["-c", script], "worker")
+    assert {t.state for t in trials} == {optuna.trial.TrialState.WAITING}
+    assert {t.system_attrs.get("dpbench_deaths", 0) for t in trials} == {0}
+    assert not any(t.system_attrs.get("dpbench_alone") for t in trials)  # not a death in a batch either

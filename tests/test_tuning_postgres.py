@@ -119,3 +119,17 @@ def test_every_workers_session_is_in_utc(postgres_url):
         assert connection.execute(sqlalchemy.text("SHOW timezone")).scalar() == "America/New_York"
     with _storage(postgres_url, 10).engine.connect() as connection:
         assert connection.execute(sqlalchemy.text("SHOW timezone")).scalar() == "UTC"
+
+
+def test_a_workers_session_is_in_utc_whatever_its_pgtz(postgres_url, monkeypatch):
+    """PGTZ in a worker's environment is sent when it connects and overrode a startup option of UTC."""
+    from dpbench.tuning.study import _storage
+
+    monkeypatch.setenv("PGTZ", "Asia/Tokyo")
+    with sqlalchemy.create_engine(postgres_url).connect() as connection:  # PGTZ holds for plain sessions
+        assert connection.execute(sqlalchemy.text("SHOW timezone")).scalar() == "Asia/Tokyo"
+    storage = _storage(postgres_url, 10)
+    for _ in range(2):  # a new connection, and one from the pool after a rollback
+        with storage.engine.connect() as connection:
+            assert connection.execute(sqlalchemy.text("SHOW timezone")).scalar() == "UTC"
+            connection.rollback()

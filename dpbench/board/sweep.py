@@ -62,7 +62,7 @@ from dpbench.results.identity import identity as record_identity
 from dpbench.results.records import check_stored
 from dpbench.run import allocator, engine, multiseed
 from dpbench.spec import RunSpec
-from dpbench.tuning import reference, released, tune, validation
+from dpbench.tuning import claims, reference, released, tune, validation
 
 TRACKS = ("none", "validation", "random-stopping")
 GRID_KEYS = {"tasks", "methods", "epsilons", "seeds", "tracks", "trials", "neighbouring", "reference", "infeasible"}
@@ -311,8 +311,8 @@ def jobs(cells_: list[Cell]) -> list[tuple[Cell, ...]]:
 class _WorkerSetup(WorkerPlugin):
     """A Dask worker plugin: each worker process (also one started after another died) loads the client's plugin
     folders (``DPBENCH_PLUGINS``: the same paths must hold them on a remote worker), chooses its torch threads as
-    the ``dpbench`` command does (``threads``, else by the size of each run, at most ``cap``: dpbench/threads.py)
-    and keeps freed memory."""
+    the ``dpbench`` command does (``threads``, else by the size of each run, at most ``cap``: dpbench/threads.py),
+    keeps freed memory, and on SIGTERM (:func:`_close_local`) puts its claimed trials back uncounted."""
 
     name = "dpbench-worker-setup"
 
@@ -327,6 +327,7 @@ class _WorkerSetup(WorkerPlugin):
         dpbench_threads.configure(self.threads, self.cap)
         dpbench_threads.fit()
         allocator.keep_freed_memory()
+        claims.put_back_on_sigterm()
 
 
 def _local_cluster(workers: int, threads: int | None):

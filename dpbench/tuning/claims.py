@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import signal
 import threading
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,6 +28,8 @@ _BEATS = models.TrialHeartbeatModel.__table__
 _ATTRS = models.TrialSystemAttributeModel.__table__
 #: This process's claims: (storage URL, trial id) → the token of its claim.
 _HELD: dict[tuple[str, int], str] = {}
+#: The storages of those claims, by URL (to put them back from a signal handler).
+_STORAGES: dict[str, optuna.storages.RDBStorage] = {}
 
 
 def _trial_ids(study: optuna.Study, storage: optuna.storages.RDBStorage, states=None) -> list[tuple[int, int]]:
@@ -81,6 +84,7 @@ def _take(storage: optuna.storages.RDBStorage, trial_id: int, batched: bool) -> 
         _beat(connection, trial_id)
         _set_attrs(connection, trial_id, {_CLAIM: token, _BATCHED: batched})
     _HELD[str(storage.engine.url), trial_id] = token
+    _STORAGES[str(storage.engine.url)] = storage
     return True
 
 
@@ -125,6 +129,28 @@ def put_back(storage: optuna.storages.RDBStorage, trial_ids: list[int]) -> None:
         token = _HELD.get((str(storage.engine.url), trial_id))
         if token is not None:
             _requeue(storage, trial_id, stale=False, token=token)
+
+
+def put_back_on_sigterm() -> None:
+    """On SIGTERM (a sweep closing its Dask workers, a batch scheduler's stop), put every claim this process holds
+    back at once, uncounted, as an interrupt does, then end as the signal's previous handling would: a terminated
+    worker is not an outcome of its trials, and a death counted there would leave ``REQUEUE_LIMIT`` to the timing of
+    stops. Installed from the main thread only (Python runs signal handlers there; a Dask worker's plugin setup runs
+    there); elsewhere nothing is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum, frame):
+        for (url, trial_id), token in list(_HELD.items()):
+            try:
+                _requeue(_STORAGES[url], trial_id, stale=False, token=token)
+            except sqlalchemy.exc.SQLAlchemyError:
+                pass  # the storage is gone: the trial goes stale and is put back as a death (counted if alone)
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def _requeue(storage: optuna.storages.RDBStorage, trial_id: int, stale: bool, token: str | None = None) -> None:

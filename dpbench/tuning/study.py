@@ -51,19 +51,28 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
 
 
+def _utc(connection, _record) -> None:
+    """Set a new PostgreSQL connection's session to UTC (after connecting, so that nothing overrides it)."""
+    cursor = connection.cursor()
+    cursor.execute("SET TIME ZONE 'UTC'")
+    cursor.close()
+    connection.commit()
+
+
 def _storage(url: str, heartbeat_interval: int, attempts: int = 5) -> optuna.storages.RDBStorage:
     """Optuna's RDB storage with heartbeats, and the release table. Workers starting together on an empty database
     can collide creating the tables (PostgreSQL's CREATE TABLE IF NOT EXISTS is not atomic; SQLite reports "table
     already exists" to the second of two sweep workers): retried."""
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    if url.startswith("postgresql"):  # heartbeats are naive session times: every worker's session in UTC
-        kwargs = {"connect_args": {"options": "-c timezone=UTC"}}
     for attempt in range(attempts):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_interval,
                                                      grace_period=3 * heartbeat_interval)
+            if url.startswith("postgresql"):  # heartbeats are naive session times: every worker's session in UTC
+                sqlalchemy.event.listen(storage.engine, "connect", _utc)
+                storage.engine.dispose()  # the connections Optuna opened before the listener
             _RELEASED.metadata.create_all(storage.engine, checkfirst=True)
             return storage
         except sqlalchemy.exc.OperationalError as error:
