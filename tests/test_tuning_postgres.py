@@ -129,7 +129,8 @@ def test_a_workers_session_is_in_utc_whatever_its_pgtz(postgres_url, monkeypatch
     with sqlalchemy.create_engine(postgres_url).connect() as connection:  # PGTZ holds for plain sessions
         assert connection.execute(sqlalchemy.text("SHOW timezone")).scalar() == "Asia/Tokyo"
     storage = _storage(postgres_url, 10)
-    for _ in range(2):  # a new connection, and one from the pool after a rollback
-        with storage.engine.connect() as connection:
+    with storage.engine.connect() as pooled, storage.engine.connect() as fresh:  # the second is a new connection
+        for connection in (pooled, fresh):
+            connection.execute(sqlalchemy.text("SELECT 1"))
+            connection.rollback()  # a session setting made in a transaction that rolls back would be undone
             assert connection.execute(sqlalchemy.text("SHOW timezone")).scalar() == "UTC"
-            connection.rollback()
