@@ -859,6 +859,12 @@ MUTANTS = [
     Mutant("batch-death-counted", "tuning", "a death in a batch counts against each trial: three stops during one long "
            "job fail all its trials, so a stop's timing (K) decides the study", "dpbench/tuning/claims.py",
            "+ (stale and not attrs.get(_BATCHED, False))", "+ stale", first="tests/test_requeue.py"),
+    Mutant("claim-read-then-write", "tuning", "a claim reads the trial's state, then writes RUNNING: two workers "
+           "that listed the same WAITING trial both take it (SQLite has no row locks), and it runs twice at once",
+           "dpbench/tuning/claims.py", "        if connection.execute(_TRIALS.update().where(*condition)\n",
+           "        if connection.execute(sqlalchemy.select(_TRIALS.c.state).where(*condition)).first() is None or "
+           "connection.execute(_TRIALS.update().where(_TRIALS.c.trial_id == trial_id)\n",
+           first="tests/test_requeue.py::test_processes_claiming_at_once_never_take_the_same_trial"),
     Mutant("batch-claims-alone", "tuning", "a trial that died in a batch is claimed into the next batch, where its "
            "deaths are never counted: a trial that kills its worker blocks the study forever", "dpbench/tuning/claims.py",
            "        condition.append(~_has(trial_id, _ALONE, True))", "        pass", first="tests/test_requeue.py"),
