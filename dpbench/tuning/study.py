@@ -12,15 +12,19 @@ from urllib.parse import urlsplit, urlunsplit
 
 import optuna
 import sqlalchemy
+from optuna.storages._rdb import models
+from optuna.trial import TrialState
 
 from dpbench.data.files import dpbench_home
 from dpbench.errors import UsageError
 from dpbench.privacy import streams
 from dpbench.tuning.accounting import draw_k
-from dpbench.tuning.claims import _trial_ids
+from dpbench.tuning.claims import _BEATS, _TRIALS, _now
 from dpbench.tuning.plan import Plan, TuneSpec
 
 
+_STUDY_ATTRS = models.StudyUserAttributeModel.__table__
+_TRIAL_ATTRS = models.TrialSystemAttributeModel.__table__
 _RELEASED = sqlalchemy.Table("dpbench_released", sqlalchemy.MetaData(),
                              sqlalchemy.Column("study_name", sqlalchemy.String(512), primary_key=True),
                              sqlalchemy.Column("record", sqlalchemy.Text, nullable=False))
@@ -88,42 +92,76 @@ def _storage(url: str, heartbeat_interval: int, attempts: int = 5) -> optuna.sto
             time.sleep(0.5 * (attempt + 1))
 
 
-def open_study(plan_: Plan, storage: optuna.storages.RDBStorage, name: str, wait: float = 120.0) -> optuna.Study:
-    """Create the study with its secret and K WAITING trials, or load it (waiting for its creator to finish setting it
-    up)."""
+def open_study(plan_: Plan, storage: optuna.storages.RDBStorage, name: str) -> optuna.Study:
+    """Create the study with its secret and K WAITING trials, or load it; either way, finish its setup if its
+    creator died during it (:func:`_set_up`)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         try:
             study = optuna.create_study(storage=storage, study_name=name, direction="maximize")
-            created = True
         except optuna.exceptions.DuplicatedStudyError:
             study = optuna.load_study(study_name=name, storage=storage)
-            created = False
-    if created:
-        spec, secret = plan_.spec, streams.secret_seed()
-        k = draw_k(plan_.config["k_distribution"], secret) if spec.mode == "random-stopping" else int(spec.trials)
-        study.set_user_attr("dpbench_config", plan_.config)
-        study.set_user_attr("secret", secret)
-        study.set_user_attr("study_id", secrets.token_hex(8))
-        study.set_user_attr("k", k)
-        study.set_user_attr("heartbeat_interval", storage.heartbeat_interval)
-        for _ in range(k):
-            study.enqueue_trial({})
-        for trial_id, _ in _trial_ids(study, storage):  # a claimed trial is never without a heartbeat
-            storage.record_heartbeat(trial_id)
-        study.set_user_attr("ready", True)
-        return study
-    deadline = time.monotonic() + wait
-    while not study.user_attrs.get("ready"):
-        if time.monotonic() > deadline:
-            raise UsageError(f"study {name} exists but was never set up (its creator died?); use another --study")
-        time.sleep(0.5)
+    _set_up(plan_, storage, study)
     if study.user_attrs["dpbench_config"] != json.loads(json.dumps(plan_.config)):
         raise UsageError(f"study {name} was created with other settings; use another --study")
     beats = study.user_attrs.get("heartbeat_interval")
     if beats is not None and beats != storage.heartbeat_interval:  # one grace period for all of a study's workers
         raise UsageError(f"study {name}'s workers beat every {beats} s: join it with --heartbeat-interval {beats}")
     return study
+
+
+def _set_up(plan_: Plan, storage: optuna.storages.RDBStorage, study: optuna.Study) -> None:
+    """Give a new study its coins and its K trials, or finish the setup of one whose creator died; every worker calls
+    it and it does what is missing, once. Two transactions, each all or nothing, each guarded by its first insert
+    (a study attribute is unique per key, so a concurrent second insert fails and that worker's transaction rolls
+    back):
+
+    1. ``secret`` (from the OS's entropy), ``dpbench_config``, ``study_id`` and ``heartbeat_interval``, unless the
+       secret is stored; its duration does not depend on K;
+    2. ``ready``, then K WAITING trials (K drawn from the *stored* secret) with a heartbeat each, unless ready.
+
+    A stop during the first leaves no coin anyone saw. A stop during the second, whose duration grows with K, is
+    finished by the next worker with the same K: redrawing there would condition K's law on surviving the stop."""
+    study_id = study._study_id
+    if "secret" not in _study_attrs(storage, study_id):
+        _insert_attrs(storage, study_id, {"secret": streams.secret_seed(), "dpbench_config": plan_.config,
+                                          "study_id": secrets.token_hex(8),
+                                          "heartbeat_interval": storage.heartbeat_interval})
+    attrs = _study_attrs(storage, study_id)
+    if "ready" in attrs:
+        return
+    config = attrs["dpbench_config"]  # the creator's, which a worker must match to join
+    k = (draw_k(config["k_distribution"], attrs["secret"]) if config["mode"] == "random-stopping"
+         else int(config["trials"]))
+    _insert_attrs(storage, study_id, {"ready": True, "k": k}, trials=k)
+
+
+def _study_attrs(storage: optuna.storages.RDBStorage, study_id: int) -> dict[str, Any]:
+    with storage.engine.connect() as connection:
+        rows = connection.execute(sqlalchemy.select(_STUDY_ATTRS.c.key, _STUDY_ATTRS.c.value_json)
+                                  .where(_STUDY_ATTRS.c.study_id == study_id))
+        return {key: json.loads(value) for key, value in rows}
+
+
+def _insert_attrs(storage: optuna.storages.RDBStorage, study_id: int, values: dict[str, Any], trials: int = 0
+                  ) -> None:
+    """Insert the study's user attributes (Optuna's JSON encoding), then ``trials`` WAITING trials as Optuna's
+    ``enqueue_trial({})`` makes them, with a heartbeat each, in one transaction; nothing if another worker inserted
+    the first attribute first."""
+    try:
+        with storage.engine.begin() as connection:
+            for key, value in values.items():
+                connection.execute(_STUDY_ATTRS.insert().values(study_id=study_id, key=key,
+                                                                value_json=json.dumps(value)))
+            now = _now(connection)
+            for number in range(trials):
+                trial_id = connection.execute(_TRIALS.insert().values(
+                    study_id=study_id, number=number, state=TrialState.WAITING)).inserted_primary_key[0]
+                connection.execute(_TRIAL_ATTRS.insert().values(trial_id=trial_id, key="fixed_params",
+                                                                value_json=json.dumps({})))
+                connection.execute(_BEATS.insert().values(trial_id=trial_id, heartbeat=now))
+    except sqlalchemy.exc.IntegrityError:
+        pass  # another worker's transaction committed first: it did this
 
 
 def ledger(study: optuna.Study) -> dict[str, Any]:

@@ -1,0 +1,76 @@
+"""A study's setup (dpbench.tuning.study._set_up): a creator killed during it leaves a study the next worker finishes
+with the same K (from the stored secret), not one refused for good or one redrawn; workers opening a new study at
+once make exactly K trials and agree on one secret."""
+import json
+import os
+import subprocess
+import sys
+
+import optuna
+
+from dpbench.privacy import streams
+from dpbench.tuning import study as study_module
+from dpbench.tuning import tune
+from dpbench.tuning.accounting import draw_k
+
+POISSON_2 = {"name": "poisson", "mean": 2.0}
+
+
+def spec(tmp_path, name="setup"):
+    return tune.TuneSpec(method="dpsgd", task="digits", epsilon=1.0, trials=2.0, k_distribution="poisson",
+                         overrides={"epochs": 2}, storage=f"sqlite:///{tmp_path / 'studies.sqlite'}", study=name,
+                         heartbeat_interval=1, no_wandb=True, append_to_store=False)
+
+
+def secret_with_k(k: int, after: int = 0) -> int:
+    return next(s for s in range(after, 100000) if draw_k(POISSON_2, s) == k)
+
+
+def test_a_study_whose_creator_died_after_storing_its_secret_is_finished_with_its_k(tmp_path, monkeypatch):
+    stored, joiner = secret_with_k(5), secret_with_k(1)
+    plan_ = tune.plan(spec(tmp_path))
+    storage = study_module._storage(spec(tmp_path).storage, 1)
+    created = optuna.create_study(storage=storage, study_name="setup", direction="maximize")
+    monkeypatch.setattr(streams, "secret_seed", lambda: stored)
+    study_module._insert_attrs(storage, created._study_id, {  # the creator's first transaction, then its death
+        "secret": stored, "dpbench_config": plan_.config, "study_id": "abc", "heartbeat_interval": 1})
+    monkeypatch.setattr(streams, "secret_seed", lambda: joiner)
+    _, _, _, study, _ = tune._open(spec(tmp_path))  # refused for good before ("never set up")
+    assert study.user_attrs["secret"] == stored and study.user_attrs["k"] == 5
+    trials = study.get_trials()
+    assert [t.number for t in trials] == list(range(5))
+    assert {t.state for t in trials} == {optuna.trial.TrialState.WAITING}
+    assert all(t.system_attrs["fixed_params"] == {} for t in trials)
+
+
+def test_a_study_whose_creator_died_before_drawing_is_set_up_by_the_next_worker(tmp_path, monkeypatch):
+    storage = study_module._storage(spec(tmp_path).storage, 1)
+    optuna.create_study(storage=storage, study_name="setup", direction="maximize")  # then its creator died
+    monkeypatch.setattr(streams, "secret_seed", lambda: secret_with_k(3))
+    _, _, _, study, _ = tune._open(spec(tmp_path))
+    assert study.user_attrs["k"] == 3 and len(study.get_trials()) == 3
+
+
+def test_workers_opening_a_new_study_at_once_make_k_trials_and_one_secret(tmp_path):
+    go = tmp_path / "go"
+    script = (f"import json, os, sys, time\nsys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+              f"from pathlib import Path\nimport test_study_setup as t\nfrom dpbench.tuning import tune\n"
+              f"print('ready', flush=True)\n"
+              f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.001)\n"
+              f"_, _, _, study, _ = tune._open(t.spec(Path({str(tmp_path)!r}), 'race'))\n"
+              f"print(json.dumps([study.user_attrs['secret'], study.user_attrs['k']]))\n")
+    children = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, env={**os.environ, "DPBENCH_HOME": str(tmp_path / "home")})
+                for _ in range(3)]
+    for child in children:
+        assert child.stdout.readline().strip() == "ready", child.stderr.read()
+    go.touch()
+    seen = []
+    for child in children:
+        out, err = child.communicate(timeout=120)
+        assert child.returncode == 0, err
+        seen.append(tuple(json.loads(out)))
+    (secret, k), = set(seen)
+    assert k == draw_k(POISSON_2, secret)
+    study = optuna.load_study(study_name="race", storage=spec(tmp_path).storage)
+    assert sorted(t.number for t in study.get_trials()) == list(range(k))
