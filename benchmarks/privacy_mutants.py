@@ -252,7 +252,7 @@ MUTANTS = [
     # issue 31: tuning secrets, secret seeds and the independence of a study's trials
     Mutant("tuning-secret-from-seed", "tuning", "the study's secret is the public seed again: every released record "
            "gives away K and which trial won", "dpbench/tuning/study.py",
-           "spec, secret = plan_.spec, streams.secret_seed()", "spec, secret = plan_.spec, plan_.spec.seed",
+           '{"secret": streams.secret_seed(),', '{"secret": plan_.spec.seed,',
            first="tests/test_tuning.py"),
     Mutant("tuning-same-run-seed", "tuning", "every trial of a study trains with trial 0's run seed (weights, "
            "batches, noise)", "dpbench/tuning/trials.py", 'seed=streams.child_seed(secret, "tuning-trial", number),',
@@ -898,13 +898,23 @@ MUTANTS = [
     Mutant("utc-not-committed", "tuning", "the UTC setting is left in the connection's first transaction, so the "
            "pool's rollback undoes it", "dpbench/tuning/study.py", "    cursor.close()\n    connection.commit()",
            "    cursor.close()", first="tests/test_tuning_postgres.py"),
-    Mutant("sigterm-counts-death", "tuning", "a SIGTERM (a sweep closing its workers, a scheduler's stop) leaves the "
-           "claimed trials RUNNING: they go stale and a lone trial's death counts, so stops decide its FAIL",
-           "dpbench/tuning/claims.py", "                _requeue(_STORAGES[url], trial_id, stale=False, token=token)",
-           "                pass", first="tests/test_requeue.py"),
-    Mutant("sweep-worker-no-sigterm", "tuning", "the sweep's Dask workers install no SIGTERM handling, so the sweep's "
-           "close leaves their claimed trials RUNNING", "dpbench/board/sweep.py",
-           "        claims.put_back_on_sigterm()\n", "", first="tests/test_requeue.py"),
+    Mutant("sweep-close-no-put-back", "tuning", "the sweep terminates its Dask workers with their trials still "
+           "claimed: the trials go stale and a lone trial's death counts, so the sweep's own stops decide its FAIL",
+           "dpbench/board/sweep.py", "            client.run(claims.put_back_held)\n", "            pass\n",
+           first="tests/test_requeue.py::test_a_sweeps_close_puts_its_workers_claims_back_uncounted"),
+    Mutant("stopping-still-claims", "tuning", "a worker whose claims were put back goes on claiming until it is "
+           "terminated: the new claims die with it and count", "dpbench/tuning/claims.py", "        if _STOPPING:\n",
+           "        if False:\n",
+           first="tests/test_requeue.py::test_a_process_that_put_its_claims_back_claims_nothing_more"),
+    Mutant("setup-k-redrawn", "tuning", "a worker finishing the setup of a study whose creator died draws K from a "
+           "secret of its own: a stop during the setup (whose length grows with K) redraws K", "dpbench/tuning/study.py",
+           'draw_k(config["k_distribution"], attrs["secret"])', 'draw_k(config["k_distribution"], streams.secret_seed())',
+           first="tests/test_study_setup.py"),
+    Mutant("setup-not-atomic", "tuning", "the K trials are made outside the transaction the ready mark guards: "
+           "workers opening a new study at once make more than K", "dpbench/tuning/study.py",
+           '    _insert_attrs(storage, study_id, {"ready": True, "k": k}, trials=k)',
+           '    _insert_attrs(storage, study_id, {}, trials=k)\n    _insert_attrs(storage, study_id, {"ready": True, "k": k})',
+           first="tests/test_study_setup.py"),
     Mutant("release-time", "tuning", "a released tuned record keeps its release's time, the study's duration (a "
            "function of K) to the second", "dpbench/tuning/released.py", "    return release_day(records.seal(record))",
            "    return records.seal(record)", first="tests/test_tuning.py::test_the_release_carries_its_day_not_its_time"),

@@ -205,7 +205,7 @@ def test_a_worker_joining_with_another_heartbeat_is_refused(tmp_path, secret):
 
 def terminated_while_running(tmp_path, command: list[str], name: str) -> list[optuna.trial.FrozenTrial]:
     """Start ``command`` (a process that joins the study ``name`` of :func:`spec`, whose K is 2), SIGTERM it once it
-    runs a trial, and return the study's trials after it ended (of SIGTERM)."""
+    runs a trial, and return the study's trials after it ended of it."""
     import os
     import signal
     import subprocess
@@ -220,36 +220,63 @@ def terminated_while_running(tmp_path, command: list[str], name: str) -> list[op
         assert time.monotonic() < deadline and child.poll() is None, child.communicate()
         time.sleep(0.2)
     child.send_signal(signal.SIGTERM)
-    assert child.wait(timeout=60) == -signal.SIGTERM, child.communicate()
+    assert child.wait(timeout=30) == -signal.SIGTERM, child.communicate()
     return study.get_trials()
 
 
-def test_a_terminated_tune_puts_its_trial_back_at_once_and_uncounted(tmp_path, secret):
-    """SIGTERM (a batch scheduler's stop) is not an outcome of the trial: it is WAITING at once, with no death
-    counted (a counted death would leave the trial's FAIL at REQUEUE_LIMIT to the timing of stops)."""
+def test_a_sigterm_from_outside_is_a_death_and_counts_for_a_lone_trial(tmp_path, secret):
+    """A scheduler's time limit or a nanny's memory limit arrives as SIGTERM and may be the trial's own doing (it
+    ran long, it grew large): put back uncounted, such a trial would never fail and its study never release."""
     trials = terminated_while_running(tmp_path, [
         "-m", "dpbench", "tune", "--method", "dpsgd", "--task", "digits", "--epsilon", "1", "--trials", "2",
         "--k-distribution", "poisson", "--epochs", "2", "--storage", f"sqlite:///{tmp_path / 'cli.sqlite'}",
         "--study", "cli", "--heartbeat-interval", str(HEARTBEAT), "--no-wandb"], "cli")
-    assert {t.state for t in trials} == {optuna.trial.TrialState.WAITING}
-    assert {t.system_attrs.get("dpbench_deaths", 0) for t in trials} == {0}
+    running = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+    assert len(running) == 1
+    _, _, storage, study, _ = tune._open(spec(tmp_path, "cli"))
+    stale()
+    claims.requeue_stale(study, storage)
+    assert study.get_trials()[running[0].number].system_attrs["dpbench_deaths"] == 1
 
 
-def test_a_terminated_sweep_worker_puts_its_claims_back_uncounted(tmp_path, secret):
-    """A sweep closes its Dask workers with SIGTERM (dpbench.board.sweep._close_local); the worker plugin's setup
-    makes that put the worker's claims back, as a batch of trials holds them (here two, claimed together)."""
-    script = (f"import time\nfrom dpbench.board import sweep\nfrom dpbench.tuning import claims, tune\n"
-              f"sweep._WorkerSetup(1, 1, '').setup(None)\n"
-              f"_, _, storage, study, _ = tune._open(tune.TuneSpec(method='dpsgd', task='digits', epsilon=1.0, "
-              f"trials=2.0, k_distribution='poisson', overrides={{'epochs': 2}}, "
-              f"storage='sqlite:///{tmp_path / 'worker.sqlite'}', study='worker', heartbeat_interval={HEARTBEAT}, "
-              f"no_wandb=True, append_to_store=False))\n"
-              f"assert len(list(claims._claims(study, storage, batched=True))) == 2\n"
-              f"time.sleep(120)\n")
-    trials = terminated_while_running(tmp_path, ["-c", script], "worker")
+def _claim_batch_and_wait(tune_spec) -> None:
+    """A sweep job's start (in a Dask worker): claim the study's trials as one batch, then train for long."""
+    _, _, storage, study, _ = tune._open(tune_spec)
+    assert len(list(claims._claims(study, storage, batched=True))) == 2
+    time.sleep(300)
+
+
+def test_a_sweeps_close_puts_its_workers_claims_back_uncounted(tmp_path, secret):
+    """The sweep's own stop (it failed, or was interrupted) is not an outcome of the trials its workers hold: they
+    are WAITING before the workers are terminated, with no death counted and not marked to run alone."""
+    from concurrent.futures import Future
+
+    from dpbench.board import sweep
+
+    _, _, storage, study, _ = tune._open(spec(tmp_path, "worker"))
+    starting = Future()
+    starting.set_result(sweep._local_cluster(1, 1))
+    future = starting.result()[1].submit(_claim_batch_and_wait, spec(tmp_path, "worker"), pure=False)
+    deadline = time.monotonic() + 120
+    while {t.state for t in study.get_trials()} != {optuna.trial.TrialState.RUNNING}:
+        assert time.monotonic() < deadline and not future.done(), future
+        time.sleep(0.2)
+    sweep._close_local(starting)
+    trials = study.get_trials()
     assert {t.state for t in trials} == {optuna.trial.TrialState.WAITING}
     assert {t.system_attrs.get("dpbench_deaths", 0) for t in trials} == {0}
-    assert not any(t.system_attrs.get("dpbench_alone") for t in trials)  # not a death in a batch either
+    assert not any(t.system_attrs.get("dpbench_alone") for t in trials)
+
+
+def test_a_process_that_put_its_claims_back_claims_nothing_more(tmp_path, secret, monkeypatch):
+    """Its trials keep running in other threads until it is terminated: a claim made after the put-back would die
+    with it (and count)."""
+    monkeypatch.setattr(claims, "_STOPPING", False)
+    _, storage, study, _ = killed(tmp_path, "stopping")
+    claims.put_back_held()
+    assert {t.state for t in study.get_trials()} == {optuna.trial.TrialState.WAITING}
+    assert claims._claim(study, storage) is None
+    assert {t.state for t in study.get_trials()} == {optuna.trial.TrialState.WAITING}
 
 
 def test_processes_claiming_at_once_never_take_the_same_trial(tmp_path, monkeypatch):
@@ -288,3 +315,4 @@ def test_processes_claiming_at_once_never_take_the_same_trial(tmp_path, monkeypa
         assert child.returncode == 0, err
         claimed += json.loads(out)
     assert sorted(claimed) == list(range(k))  # each trial once, by one process
+

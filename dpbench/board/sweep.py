@@ -311,8 +311,8 @@ def jobs(cells_: list[Cell]) -> list[tuple[Cell, ...]]:
 class _WorkerSetup(WorkerPlugin):
     """A Dask worker plugin: each worker process (also one started after another died) loads the client's plugin
     folders (``DPBENCH_PLUGINS``: the same paths must hold them on a remote worker), chooses its torch threads as
-    the ``dpbench`` command does (``threads``, else by the size of each run, at most ``cap``: dpbench/threads.py),
-    keeps freed memory, and on SIGTERM (:func:`_close_local`) puts its claimed trials back uncounted."""
+    the ``dpbench`` command does (``threads``, else by the size of each run, at most ``cap``: dpbench/threads.py)
+    and keeps freed memory."""
 
     name = "dpbench-worker-setup"
 
@@ -327,7 +327,6 @@ class _WorkerSetup(WorkerPlugin):
         dpbench_threads.configure(self.threads, self.cap)
         dpbench_threads.fit()
         allocator.keep_freed_memory()
-        claims.put_back_on_sigterm()
 
 
 def _local_cluster(workers: int, threads: int | None):
@@ -351,10 +350,14 @@ def _local_cluster(workers: int, threads: int | None):
 
 def _close_local(starting: Future) -> None:
     """Close the local cluster once it has started (one that failed to start left nothing behind). Its worker
-    processes are ours and their records are back (or the sweep is failing): they are terminated first, since a
-    graceful close of processes holding PyTorch takes ~1.4 s, then the cluster closes at once."""
+    processes are ours and their records are back (or the sweep is failing or interrupted): the trials they still
+    claim are put back, uncounted (the sweep's own stop is not an outcome of a trial:
+    :func:`dpbench.tuning.claims.put_back_held`), then they are terminated, since a graceful close of processes
+    holding PyTorch takes ~1.4 s, and the cluster closes at once."""
     if starting.exception() is None:
         cluster, client = starting.result()
+        with contextlib.suppress(Exception):  # a worker already gone: its claims go stale (deaths)
+            client.run(claims.put_back_held)
         try:
             for pid in client.run(os.getpid).values():
                 os.kill(pid, signal.SIGTERM)

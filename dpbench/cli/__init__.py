@@ -58,9 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"(q = {args.sample_rate}, {args.steps} steps, δ = {args.delta}, {args.accountant})")
         elif args.command == "sweep":
             from dpbench.board import sweep
-            from dpbench.tuning import claims
 
-            claims.put_back_on_sigterm()  # with one worker the sweep's own process claims the trials
             grid = sweep.load_grid(args.grid)
             counts = sweep.run_grid(grid, args.workers, scheduler=args.scheduler,
                                     threads=threads.requested(args.threads)[0])

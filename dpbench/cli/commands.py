@@ -69,9 +69,8 @@ def _reference(args: argparse.Namespace) -> dict[str, Any]:
 def _tune(args: argparse.Namespace) -> dict[str, Any]:
     """``dpbench tune``: the study's released record."""
     _check_request(args)
-    from dpbench.tuning import claims, search, tune
+    from dpbench.tuning import search, tune
 
-    claims.put_back_on_sigterm()  # a terminated worker is not an outcome of its trial
     overrides = {key: value for key, value in [("epochs", args.epochs), ("batch_size", args.batch_size)]
                  if value is not None}
     overrides.update(_settings(args.set))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import signal
 import threading
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,6 +29,9 @@ _ATTRS = models.TrialSystemAttributeModel.__table__
 _HELD: dict[tuple[str, int], str] = {}
 #: The storages of those claims, by URL (to put them back from a signal handler).
 _STORAGES: dict[str, optuna.storages.RDBStorage] = {}
+#: Held while a claim is made and registered, and while the claims are put back (:func:`put_back_held`).
+_CLAIMING = threading.Lock()
+_STOPPING = False  # set by put_back_held: this process claims nothing more
 
 
 def _trial_ids(study: optuna.Study, storage: optuna.storages.RDBStorage, states=None) -> list[tuple[int, int]]:
@@ -77,14 +79,17 @@ def _take(storage: optuna.storages.RDBStorage, trial_id: int, batched: bool) -> 
     condition = [_TRIALS.c.trial_id == trial_id, _TRIALS.c.state == TrialState.WAITING]
     if batched:  # a trial that died in a batch runs alone (work() claims it)
         condition.append(~_has(trial_id, _ALONE, True))
-    with storage.engine.begin() as connection:
-        if connection.execute(_TRIALS.update().where(*condition)
-                              .values(state=TrialState.RUNNING, datetime_start=datetime.now())).rowcount != 1:
+    with _CLAIMING:  # registered with its commit, so that put_back_held never misses it
+        if _STOPPING:
             return False
-        _beat(connection, trial_id)
-        _set_attrs(connection, trial_id, {_CLAIM: token, _BATCHED: batched})
-    _HELD[str(storage.engine.url), trial_id] = token
-    _STORAGES[str(storage.engine.url)] = storage
+        with storage.engine.begin() as connection:
+            if connection.execute(_TRIALS.update().where(*condition)
+                                  .values(state=TrialState.RUNNING, datetime_start=datetime.now())).rowcount != 1:
+                return False
+            _beat(connection, trial_id)
+            _set_attrs(connection, trial_id, {_CLAIM: token, _BATCHED: batched})
+        _HELD[str(storage.engine.url), trial_id] = token
+        _STORAGES[str(storage.engine.url)] = storage
     return True
 
 
@@ -131,26 +136,17 @@ def put_back(storage: optuna.storages.RDBStorage, trial_ids: list[int]) -> None:
             _requeue(storage, trial_id, stale=False, token=token)
 
 
-def put_back_on_sigterm() -> None:
-    """On SIGTERM (a sweep closing its Dask workers, a batch scheduler's stop), put every claim this process holds
-    back at once, uncounted, as an interrupt does, then end as the signal's previous handling would: a terminated
-    worker is not an outcome of its trials, and a death counted there would leave ``REQUEUE_LIMIT`` to the timing of
-    stops. Installed from the main thread only (Python runs signal handlers there; a Dask worker's plugin setup runs
-    there); elsewhere nothing is installed."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def handler(signum, frame):
-        for (url, trial_id), token in list(_HELD.items()):
-            try:
-                _requeue(_STORAGES[url], trial_id, stale=False, token=token)
-            except sqlalchemy.exc.SQLAlchemyError:
-                pass  # the storage is gone: the trial goes stale and is put back as a death (counted if alone)
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
-        signal.raise_signal(signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, handler)
+def put_back_held() -> None:
+    """Put every claim this process holds back to WAITING, uncounted, newest first, and claim nothing more: the
+    sweep calls it in each of its Dask workers (``client.run``) before it terminates them
+    (:func:`dpbench.board.sweep._close_local`), since its own close is not an outcome of their trials. A SIGTERM
+    from anyone else (a scheduler's time limit, a nanny's memory limit) may be the trial's own doing and stays a
+    death (:func:`requeue_stale` counts it if the trial ran alone)."""
+    global _STOPPING
+    with _CLAIMING:
+        _STOPPING = True
+        for (url, trial_id), token in reversed(list(_HELD.items())):
+            _requeue(_STORAGES[url], trial_id, stale=False, token=token)
 
 
 def _requeue(storage: optuna.storages.RDBStorage, trial_id: int, stale: bool, token: str | None = None) -> None:
