@@ -3,7 +3,8 @@ what it would have released; a live worker's trial, a trial just claimed after a
 again after being listed are left alone; a late worker neither writes nor tells a trial claimed again; a trial killed between two draws draws the rest
 as it would have; an interrupt is not an outcome and is not
 counted; a death in a batch is not counted and the trial runs alone next; a trial that dies alone more than
-REQUEUE_LIMIT times fails and counts."""
+REQUEUE_LIMIT times fails and counts; a SIGTERM from outside is a death, the sweep's own close is not; processes
+claiming at once take each trial once."""
 import time
 
 import optuna

@@ -56,7 +56,9 @@ def redacted(url: str) -> str:
 
 
 def _utc(connection, _record) -> None:
-    """Set a new PostgreSQL connection's session to UTC (after connecting, so that nothing overrides it)."""
+    """Set a new PostgreSQL connection's session to UTC (after connecting, so that nothing overrides it). The
+    listener belongs to the engine: a storage unpickled elsewhere makes a new engine without it (dpbench never
+    pickles one)."""
     cursor = connection.cursor()
     cursor.execute("SET TIME ZONE 'UTC'")
     cursor.close()

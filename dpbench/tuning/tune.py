@@ -30,13 +30,15 @@ how training and score compose, the RDP curves under either neighbouring relatio
 :mod:`dpbench.tuning.released`.
 
 Trials and the ledger. The study (Optuna storage: an SQLite file under ``DPBENCH_HOME`` by default, any
-SQLAlchemy URL, e.g. PostgreSQL, for many workers) holds exactly K trials from the moment it exists: the worker
-that creates it draws K once (from the study's secret, below), stores it in the study's user attributes and
-enqueues K ``WAITING`` trials. A worker claims a trial by a compare-and-set WAITING → RUNNING update with a fresh
+SQLAlchemy URL, e.g. PostgreSQL, for many workers) holds exactly K trials once it is set up: its secret is stored
+in one transaction, then K (drawn from the stored secret, below), the ``ready`` mark and K ``WAITING`` trials in
+another, each all or nothing and each finished by the next worker if the one doing it died
+(:func:`dpbench.tuning.study._set_up`). A worker claims a trial by a compare-and-set WAITING → RUNNING update with a fresh
 heartbeat and a claim token (:mod:`dpbench.tuning.claims`), so no worker can add a (K+1)-th, and tells its outcome
 while its heartbeat beats. A trial whose worker died (killed, machine lost) stops beating; after the grace period
 any worker puts it back to WAITING (a compare-and-set that checks it is still RUNNING and stale) and runs it again;
-an interrupt (Ctrl-C) puts it back at once. It is the same trial: its seed, hyperparameter draws (each from its own
+an interrupt (Ctrl-C) and the sweep's own close of its workers put it back at once, uncounted; a SIGTERM from
+outside (a time or memory limit may be the trial's own doing) is a death. It is the same trial: its seed, hyperparameter draws (each from its own
 stream) and score noise come from the secret and its number, so it gives the result it would have given, up to
 floating point where the two runs trained in different batches (:mod:`dpbench.run.multiseed`), and a kill delays
 the release without changing it (a job's duration depends on its K: dropping or redrawing killed studies would
