@@ -914,7 +914,7 @@ MUTANTS = [
            "workers opening a new study at once make more than K", "dpbench/tuning/study.py",
            '    _insert_attrs(storage, study_id, {"ready": True, "k": k}, trials=k)',
            '    _insert_attrs(storage, study_id, {}, trials=k)\n    _insert_attrs(storage, study_id, {"ready": True, "k": k})',
-           first="tests/test_study_setup.py"),
+           first="tests/test_study_setup.py::test_a_worker_that_read_the_study_before_another_set_it_up_makes_no_trials"),
     Mutant("release-time", "tuning", "a released tuned record keeps its release's time, the study's duration (a "
            "function of K) to the second", "dpbench/tuning/released.py", "    return release_day(records.seal(record))",
            "    return records.seal(record)", first="tests/test_tuning.py::test_the_release_carries_its_day_not_its_time"),

@@ -16,6 +16,18 @@ from dpbench.tuning.accounting import draw_k
 POISSON_2 = {"name": "poisson", "mean": 2.0}
 
 
+def trial_numbers(storage, study_id: int) -> list[int]:
+    """The study's trials' numbers as the database holds them (Optuna's cache keys trials by number: two trials of
+    one number would show as one)."""
+    import sqlalchemy
+    from optuna.storages._rdb import models
+
+    table = models.TrialModel.__table__
+    with storage.engine.connect() as connection:
+        return sorted(connection.execute(sqlalchemy.select(table.c.number).where(table.c.study_id == study_id))
+                      .scalars())
+
+
 def spec(tmp_path, name="setup"):
     return tune.TuneSpec(method="dpsgd", task="digits", epsilon=1.0, trials=2.0, k_distribution="poisson",
                          overrides={"epochs": 2}, storage=f"sqlite:///{tmp_path / 'studies.sqlite'}", study=name,
@@ -38,7 +50,7 @@ def test_a_study_whose_creator_died_after_storing_its_secret_is_finished_with_it
     _, _, _, study, _ = tune._open(spec(tmp_path))  # refused for good before ("never set up")
     assert study.user_attrs["secret"] == stored and study.user_attrs["k"] == 5
     trials = study.get_trials()
-    assert [t.number for t in trials] == list(range(5))
+    assert trial_numbers(study._storage._backend, study._study_id) == list(range(5))
     assert {t.state for t in trials} == {optuna.trial.TrialState.WAITING}
     assert all(t.system_attrs["fixed_params"] == {} for t in trials)
 
@@ -52,16 +64,21 @@ def test_a_study_whose_creator_died_before_drawing_is_set_up_by_the_next_worker(
 
 
 def test_workers_opening_a_new_study_at_once_make_k_trials_and_one_secret(tmp_path):
+    """Each worker plans and opens the storage first, then all open the study together; K ~ Poisson(40), so that
+    making the trials takes long enough for the others to try too."""
     go = tmp_path / "go"
-    script = (f"import json, os, sys, time\nsys.path.insert(0, {os.path.dirname(__file__)!r})\n"
-              f"from pathlib import Path\nimport test_study_setup as t\nfrom dpbench.tuning import tune\n"
+    script = (f"import json, os, sys, time\nfrom dataclasses import replace\n"
+              f"sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+              f"from pathlib import Path\nimport test_study_setup as t\nfrom dpbench.tuning import study, tune\n"
+              f"spec = replace(t.spec(Path({str(tmp_path)!r}), 'race'), trials=40.0)\n"
+              f"plan_, storage = tune.plan(spec), study._storage(spec.storage, 1)\n"
               f"print('ready', flush=True)\n"
               f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.001)\n"
-              f"_, _, _, study, _ = tune._open(t.spec(Path({str(tmp_path)!r}), 'race'))\n"
-              f"print(json.dumps([study.user_attrs['secret'], study.user_attrs['k']]))\n")
+              f"opened = study.open_study(plan_, storage, 'race')\n"
+              f"print(json.dumps([opened.user_attrs['secret'], opened.user_attrs['k']]))\n")
     children = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True, env={**os.environ, "DPBENCH_HOME": str(tmp_path / "home")})
-                for _ in range(3)]
+                for _ in range(4)]
     for child in children:
         assert child.stdout.readline().strip() == "ready", child.stderr.read()
     go.touch()
@@ -71,6 +88,20 @@ def test_workers_opening_a_new_study_at_once_make_k_trials_and_one_secret(tmp_pa
         assert child.returncode == 0, err
         seen.append(tuple(json.loads(out)))
     (secret, k), = set(seen)
-    assert k == draw_k(POISSON_2, secret)
-    study = optuna.load_study(study_name="race", storage=spec(tmp_path).storage)
-    assert sorted(t.number for t in study.get_trials()) == list(range(k))
+    assert k == draw_k({"name": "poisson", "mean": 40.0}, secret)
+    storage = study_module._storage(spec(tmp_path).storage, 1)
+    study = optuna.load_study(study_name="race", storage=storage)
+    assert trial_numbers(storage, study._study_id) == list(range(k))
+
+
+def test_a_worker_that_read_the_study_before_another_set_it_up_makes_no_trials(tmp_path, monkeypatch):
+    """The race above, made certain: a worker read the study's attributes before another worker's setup committed
+    (on SQLite the lock waits mostly serialize them; on PostgreSQL they need not). The ``ready`` mark, inserted
+    first in the transaction that makes the trials, turns its attempt into nothing."""
+    monkeypatch.setattr(streams, "secret_seed", lambda: secret_with_k(2))
+    plan_, _, storage, study, _ = tune._open(spec(tmp_path))
+    real = study_module._study_attrs
+    monkeypatch.setattr(study_module, "_study_attrs",
+                        lambda *args: {key: value for key, value in real(*args).items() if key != "ready"})
+    study_module._set_up(plan_, storage, study)
+    assert trial_numbers(storage, study._study_id) == [0, 1]
