@@ -139,3 +139,31 @@ def postgres_url():
     server.send_signal(signal.SIGINT)  # fast shutdown
     server.wait(timeout=60)
     shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def together(tmp_path):
+    """Run ``n`` Python processes that each execute ``setup`` (imports, planning), wait at a common barrier, then
+    print ``json.dumps(<act>)`` as close to the same moment as the OS allows; returns their decoded outputs. The
+    test folder is on their path (``import test_...``) and ``root`` is ``tmp_path``."""
+    import json
+
+    def run(setup: str, act: str, n: int) -> list:
+        go = tmp_path / "go"
+        script = (f"import json, os, sys, time\nfrom pathlib import Path\n"
+                  f"sys.path.insert(0, {str(Path(__file__).parent)!r})\nroot = Path({str(tmp_path)!r})\n{setup}\nprint('ready', flush=True)\n"
+                  f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.001)\nprint(json.dumps({act}))\n")
+        children = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env={**os.environ, "DPBENCH_HOME": str(tmp_path / "home")})
+                    for _ in range(n)]
+        for child in children:
+            assert child.stdout.readline().strip() == "ready", child.stderr.read()
+        go.touch()
+        outputs = []
+        for child in children:
+            out, err = child.communicate(timeout=120)
+            assert child.returncode == 0, err
+            outputs.append(json.loads(out))
+        return outputs
+
+    return run

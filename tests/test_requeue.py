@@ -280,13 +280,9 @@ def test_a_process_that_put_its_claims_back_claims_nothing_more(tmp_path, secret
     assert {t.state for t in study.get_trials()} == {optuna.trial.TrialState.WAITING}
 
 
-def test_processes_claiming_at_once_never_take_the_same_trial(tmp_path, monkeypatch):
+def test_processes_claiming_at_once_never_take_the_same_trial(tmp_path, monkeypatch, together):
     """Claims are compare-and-set updates: SQLite has no row locks (it ignores the ORM's FOR UPDATE), so a claim
     that read the state and then wrote it would let two workers that listed the same WAITING trial both take it."""
-    import json
-    import os
-    import subprocess
-    import sys
     from dataclasses import replace
 
     from dpbench.privacy import streams
@@ -295,25 +291,10 @@ def test_processes_claiming_at_once_never_take_the_same_trial(tmp_path, monkeypa
     k = 40
     monkeypatch.setattr(streams, "secret_seed",
                         lambda: next(s for s in range(10000) if draw_k({"name": "poisson", "mean": k}, s) == k))
-    many = replace(spec(tmp_path, "race"), trials=float(k))
-    tune._open(many)
-    go = tmp_path / "go"
-    script = (f"import json, os, sys, time\nfrom dataclasses import replace\nfrom dpbench.tuning import claims, tune\n"
-              f"sys.path.insert(0, {str(os.path.dirname(__file__))!r})\nimport test_requeue\nfrom pathlib import Path\n"
-              f"_, _, storage, study, _ = tune._open(replace(test_requeue.spec(Path({str(tmp_path)!r}), 'race'), "
-              f"trials={float(k)}))\nprint('ready', flush=True)\n"
-              f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.001)\n"
-              f"print(json.dumps([number for _, number in claims._claims(study, storage)]))\n")
-    children = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True, env={**os.environ, "DPBENCH_HOME": str(tmp_path / "home")})
-                for _ in range(3)]
-    for child in children:
-        assert child.stdout.readline().strip() == "ready", child.stderr.read()
-    go.touch()
-    claimed = []
-    for child in children:
-        out, err = child.communicate(timeout=120)
-        assert child.returncode == 0, err
-        claimed += json.loads(out)
+    tune._open(replace(spec(tmp_path, "race"), trials=float(k)))
+    claimed = sum(together(f"from dataclasses import replace\nfrom dpbench.tuning import claims, tune\n"
+                           f"import test_requeue\n_, _, storage, study, _ = tune._open(replace("
+                           f"test_requeue.spec(root, 'race'), trials={float(k)}))",
+                           "[number for _, number in claims._claims(study, storage)]", 3), [])
     assert sorted(claimed) == list(range(k))  # each trial once, by one process
 

@@ -1,11 +1,6 @@
 """A study's setup (dpbench.tuning.study._set_up): a creator killed during it leaves a study the next worker finishes
 with the same K (from the stored secret), not one refused for good or one redrawn; workers opening a new study at
 once make exactly K trials and agree on one secret."""
-import json
-import os
-import subprocess
-import sys
-
 import optuna
 
 from dpbench.privacy import streams
@@ -63,30 +58,15 @@ def test_a_study_whose_creator_died_before_drawing_is_set_up_by_the_next_worker(
     assert study.user_attrs["k"] == 3 and len(study.get_trials()) == 3
 
 
-def test_workers_opening_a_new_study_at_once_make_k_trials_and_one_secret(tmp_path):
+def test_workers_opening_a_new_study_at_once_make_k_trials_and_one_secret(tmp_path, together):
     """Each worker plans and opens the storage first, then all open the study together; K ~ Poisson(40), so that
     making the trials takes long enough for the others to try too."""
-    go = tmp_path / "go"
-    script = (f"import json, os, sys, time\nfrom dataclasses import replace\n"
-              f"sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
-              f"from pathlib import Path\nimport test_study_setup as t\nfrom dpbench.tuning import study, tune\n"
-              f"spec = replace(t.spec(Path({str(tmp_path)!r}), 'race'), trials=40.0)\n"
-              f"plan_, storage = tune.plan(spec), study._storage(spec.storage, 1)\n"
-              f"print('ready', flush=True)\n"
-              f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.001)\n"
-              f"opened = study.open_study(plan_, storage, 'race')\n"
-              f"print(json.dumps([opened.user_attrs['secret'], opened.user_attrs['k']]))\n")
-    children = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True, env={**os.environ, "DPBENCH_HOME": str(tmp_path / "home")})
-                for _ in range(4)]
-    for child in children:
-        assert child.stdout.readline().strip() == "ready", child.stderr.read()
-    go.touch()
-    seen = []
-    for child in children:
-        out, err = child.communicate(timeout=120)
-        assert child.returncode == 0, err
-        seen.append(tuple(json.loads(out)))
+    seen = together("from dataclasses import replace\nimport test_study_setup as t\nfrom dpbench.tuning import study, tune\n"
+                    "spec = replace(t.spec(root, 'race'), trials=40.0)\n"
+                    "plan_, storage = tune.plan(spec), study._storage(spec.storage, 1)",
+                    "(lambda opened: [opened.user_attrs['secret'], opened.user_attrs['k']])"
+                    "(study.open_study(plan_, storage, 'race'))", 4)
+    seen = [tuple(pair) for pair in seen]
     (secret, k), = set(seen)
     assert k == draw_k({"name": "poisson", "mean": 40.0}, secret)
     storage = study_module._storage(spec(tmp_path).storage, 1)
@@ -102,6 +82,29 @@ def test_a_worker_that_read_the_study_before_another_set_it_up_makes_no_trials(t
     plan_, _, storage, study, _ = tune._open(spec(tmp_path))
     real = study_module._study_attrs
     monkeypatch.setattr(study_module, "_study_attrs",
-                        lambda *args: {key: value for key, value in real(*args).items() if key != "ready"})
+                        lambda *args: {key: value for key, value in real(*args).items() if key not in ("ready", "k")})
     study_module._set_up(plan_, storage, study)
     assert trial_numbers(storage, study._study_id) == [0, 1]
+
+
+def test_a_study_an_older_dpbench_left_half_made_is_refused(tmp_path, monkeypatch):
+    """The older setup stored the config, secret, study id, K and heartbeat one by one, then enqueued the K trials one
+    by one, then ``ready``: a study it left without ``ready`` cannot be finished by the new two steps, and running
+    it only where the stop fell after the enqueuing (whose length grows with K) would condition K's law."""
+    import pytest
+
+    from dpbench.errors import UsageError
+
+    plan_ = tune.plan(spec(tmp_path))
+    storage = study_module._storage(spec(tmp_path).storage, 1)
+    for name, stored in (("before-secret", {"dpbench_config": plan_.config}),
+                         ("after-k", {"dpbench_config": plan_.config, "secret": secret_with_k(4), "study_id": "x",
+                                      "k": 4, "heartbeat_interval": 1})):
+        old = optuna.create_study(storage=storage, study_name=name, direction="maximize")
+        for key, value in stored.items():
+            old.set_user_attr(key, value)
+        for _ in range(2 if "k" in stored else 0):
+            old.enqueue_trial({})
+        with pytest.raises(UsageError, match="older dpbench was interrupted"):
+            tune._open(spec(tmp_path, name))
+        assert "ready" not in old.user_attrs and len(old.get_trials()) == (2 if "k" in stored else 0)

@@ -141,12 +141,16 @@ def put_back_held() -> None:
     sweep calls it in each of its Dask workers (``client.run``) before it terminates them
     (:func:`dpbench.board.sweep._close_local`), since its own close is not an outcome of their trials. A SIGTERM
     from anyone else (a scheduler's time limit, a nanny's memory limit) may be the trial's own doing and stays a
-    death (:func:`requeue_stale` counts it if the trial ran alone)."""
+    death (:func:`requeue_stale` counts it if the trial ran alone), as is the close of a worker that the broadcast
+    did not reach (one its nanny restarted after it)."""
     global _STOPPING
     with _CLAIMING:
         _STOPPING = True
         for (url, trial_id), token in reversed(list(_HELD.items())):
-            _requeue(_STORAGES[url], trial_id, stale=False, token=token)
+            try:
+                _requeue(_STORAGES[url], trial_id, stale=False, token=token)
+            except sqlalchemy.exc.SQLAlchemyError:
+                continue  # this one goes stale and is a death; the others are still put back
 
 
 def _requeue(storage: optuna.storages.RDBStorage, trial_id: int, stale: bool, token: str | None = None) -> None:

@@ -25,6 +25,8 @@ from dpbench.tuning.plan import Plan, TuneSpec
 
 _STUDY_ATTRS = models.StudyUserAttributeModel.__table__
 _TRIAL_ATTRS = models.TrialSystemAttributeModel.__table__
+#: What the first step of a study's setup stores, together (:func:`_set_up`).
+_FIRST = {"secret", "dpbench_config", "study_id", "heartbeat_interval"}
 _RELEASED = sqlalchemy.Table("dpbench_released", sqlalchemy.MetaData(),
                              sqlalchemy.Column("study_name", sqlalchemy.String(512), primary_key=True),
                              sqlalchemy.Column("record", sqlalchemy.Text, nullable=False))
@@ -125,11 +127,15 @@ def _set_up(plan_: Plan, storage: optuna.storages.RDBStorage, study: optuna.Stud
     A stop during the first leaves no coin anyone saw. A stop during the second, whose duration grows with K, is
     finished by the next worker with the same K: redrawing there would condition K's law on surviving the stop."""
     study_id = study._study_id
-    if "secret" not in _study_attrs(storage, study_id):
+    attrs = _study_attrs(storage, study_id)
+    if "ready" not in attrs and attrs and (not _FIRST <= set(attrs) or "k" in attrs):
+        raise UsageError(f"study {study.study_name} exists but its setup by an older dpbench was interrupted (its "
+                         f"creator died); use another --study")  # that code stored K and the trials one by one
+    if "secret" not in attrs:
         _insert_attrs(storage, study_id, {"secret": streams.secret_seed(), "dpbench_config": plan_.config,
                                           "study_id": secrets.token_hex(8),
                                           "heartbeat_interval": storage.heartbeat_interval})
-    attrs = _study_attrs(storage, study_id)
+        attrs = _study_attrs(storage, study_id)
     if "ready" in attrs:
         return
     config = attrs["dpbench_config"]  # the creator's, which a worker must match to join
@@ -149,10 +155,16 @@ def _insert_attrs(storage: optuna.storages.RDBStorage, study_id: int, values: di
                   ) -> None:
     """Insert the study's user attributes (Optuna's JSON encoding), then ``trials`` WAITING trials as Optuna's
     ``enqueue_trial({})`` makes them, with a heartbeat each, in one transaction; nothing if another worker inserted
-    the first attribute first."""
+    the first attribute first (any other conflict is an error)."""
+    (first, value), *rest = values.items()
     try:
         with storage.engine.begin() as connection:
-            for key, value in values.items():
+            try:
+                connection.execute(_STUDY_ATTRS.insert().values(study_id=study_id, key=first,
+                                                                value_json=json.dumps(value)))
+            except sqlalchemy.exc.IntegrityError:
+                raise _Done from None  # rolls the transaction back
+            for key, value in rest:
                 connection.execute(_STUDY_ATTRS.insert().values(study_id=study_id, key=key,
                                                                 value_json=json.dumps(value)))
             now = _now(connection)
@@ -162,8 +174,12 @@ def _insert_attrs(storage: optuna.storages.RDBStorage, study_id: int, values: di
                 connection.execute(_TRIAL_ATTRS.insert().values(trial_id=trial_id, key="fixed_params",
                                                                 value_json=json.dumps({})))
                 connection.execute(_BEATS.insert().values(trial_id=trial_id, heartbeat=now))
-    except sqlalchemy.exc.IntegrityError:
+    except _Done:
         pass  # another worker's transaction committed first: it did this
+
+
+class _Done(Exception):
+    """Another worker did this step of the setup first."""
 
 
 def ledger(study: optuna.Study) -> dict[str, Any]:
