@@ -34,7 +34,7 @@ PRIVACY_TESTS = ["tests/test_guards.py", "tests/test_cache.py", "tests/test_stre
                  "tests/test_amp.py", "tests/test_cli.py", "tests/test_adaclip.py", "tests/test_ada_dp.py",
                  "tests/test_dpadam.py", "tests/test_mnist_tasks.py", "tests/test_isolation.py",
                  "tests/test_verify.py", "tests/test_adaptive_clipping.py", "tests/test_correlated.py",
-                 "tests/test_requeue.py"]
+                 "tests/test_requeue.py", "tests/test_study_setup.py"]
 
 
 @dataclass(frozen=True)
