@@ -298,3 +298,12 @@ def test_processes_claiming_at_once_never_take_the_same_trial(tmp_path, monkeypa
                            "[number for _, number in claims._claims(study, storage)]", 3), [])
     assert sorted(claimed) == list(range(k))  # each trial once, by one process
 
+
+
+def test_a_told_trial_is_no_longer_held(tmp_path, secret):
+    """The sweep's close walks only live claims: a worker's told trials are forgotten."""
+    plan_, storage, study, claimed = killed(tmp_path, "told")
+    (trial_id, number), (other_id, _) = claimed
+    key = str(storage.engine.url)
+    trials_module._finish(plan_, study, optuna.Trial(study, trial_id), number, None, RuntimeError("fails"))
+    assert (key, trial_id) not in claims._HELD and (key, other_id) in claims._HELD

@@ -115,6 +115,12 @@ def holds(storage: optuna.storages.RDBStorage, trial_id: int) -> bool:
     return token is not None and storage.get_trial(trial_id).system_attrs.get(_CLAIM) == token
 
 
+def forget(storage: optuna.storages.RDBStorage, trial_id: int) -> None:
+    """Drop this process's claim on a finished trial, so that :func:`put_back_held` walks only live claims."""
+    storage = getattr(storage, "_backend", storage)
+    _HELD.pop((str(storage.engine.url), trial_id), None)
+
+
 def requeue_stale(study: optuna.Study, storage: optuna.storages.RDBStorage) -> None:
     """Put the study's RUNNING trials whose heartbeat stopped (their worker was killed, its machine lost) back to
     WAITING, the same trial (number, and so seed, hyperparameter draws and score noise from the study's secret): run

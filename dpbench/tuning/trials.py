@@ -20,7 +20,7 @@ from dpbench.spec import RunSpec
 from dpbench.tuning import search
 from dpbench.tuning.accounting import ValidationSplit
 from dpbench.tuning.plan import Plan
-from dpbench.tuning.claims import _claim, _Heartbeat, holds, put_back, requeue_stale
+from dpbench.tuning.claims import _claim, _Heartbeat, forget, holds, put_back, requeue_stale
 from dpbench.tuning.study import study_secret
 
 
@@ -126,6 +126,8 @@ def _finish(plan_: Plan, study: optuna.Study, trial: optuna.Trial, number: int, 
     # Not telling: a finished trial (the other run told it), or one put back to WAITING (it runs again).
     with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError, ValueError):
         study.tell(trial, value if state == optuna.trial.TrialState.COMPLETE else None, state=state)
+    if study._storage.get_trial(trial._trial_id).state.is_finished():
+        forget(study._storage, trial._trial_id)  # nothing of it to put back
 
 
 def _run_trial(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBStorage,
