@@ -46,9 +46,15 @@ def create_study_with_k_4(url: str, monkeypatch) -> None:
                                  seed=SEED, overrides={"epochs": 100}, storage=url, study=STUDY, heartbeat_interval=1))
 
 
-def trials_of(url: str) -> tuple[optuna.Study, list[optuna.trial.FrozenTrial]]:
-    study = optuna.load_study(study_name=STUDY, storage=url)
-    return study, study.get_trials()
+def trials_of(url: str) -> tuple[dict, list[optuna.trial.FrozenTrial]]:
+    """The study's user attributes and trials, over a connection closed after (polled in a loop, an engine per call
+    left to the garbage collector exhausted the test server's connections under load)."""
+    storage = optuna.storages.RDBStorage(url)
+    try:
+        study = optuna.load_study(study_name=STUDY, storage=storage)
+        return study.user_attrs, study.get_trials()
+    finally:
+        storage.engine.dispose()
 
 
 def test_two_workers_one_killed_mid_trial_run_exactly_k_trials(postgres_url, tmp_path, monkeypatch):
@@ -74,8 +80,8 @@ def test_two_workers_one_killed_mid_trial_run_exactly_k_trials(postgres_url, tmp
     assert second.returncode == 0, err
     record = json.loads(out)
 
-    study, trials = trials_of(postgres_url)
-    k = study.user_attrs["k"]
+    attrs, trials = trials_of(postgres_url)
+    k = attrs["k"]
     assert k == 4 and len(trials) == k and "trials_run" not in record["tuning"]  # K stays in the study
     assert {t.state for t in trials} == {optuna.trial.TrialState.COMPLETE}  # the killed one too: run again
     assert {t.number: t.system_attrs.get("dpbench_deaths", 0) for t in trials if t.number == killed_trial} == {
