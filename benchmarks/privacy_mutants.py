@@ -910,11 +910,11 @@ MUTANTS = [
            "secret of its own: a stop during the setup (whose length grows with K) redraws K", "dpbench/tuning/study.py",
            'draw_k(config["k_distribution"], attrs["secret"])', 'draw_k(config["k_distribution"], streams.secret_seed())',
            first="tests/test_study_setup.py"),
-    Mutant("setup-legacy-finished", "tuning", "a study an older dpbench left half-made (K and some trials stored, "
-           "no ready mark) is run: it releases only where the stop fell after its K-long enqueuing",
-           "dpbench/tuning/study.py",
-           '    if "ready" not in attrs and attrs and (not _FIRST <= set(attrs) or "k" in attrs):', "    if False:",
-           first="tests/test_study_setup.py::test_a_study_an_older_dpbench_left_half_made_is_refused"),
+    Mutant("setup-legacy-refused", "tuning", "a study an older dpbench left half-made after storing K is refused: run "
+           "again under another name only where the stop missed its K-long enqueuing, K's law is conditioned",
+           "dpbench/tuning/study.py", '    if "ready" not in attrs and "k" in attrs:', "    if False:",
+           first="tests/test_study_setup.py::"
+                 "test_a_study_an_older_dpbench_left_half_made_is_finished_with_its_k_or_refused_before_k"),
     Mutant("setup-not-atomic", "tuning", "the K trials are made outside the transaction the ready mark guards: "
            "workers opening a new study at once make more than K", "dpbench/tuning/study.py",
            '    _insert_attrs(storage, study_id, {"ready": True, "k": k}, trials=k)',

@@ -87,10 +87,11 @@ def test_a_worker_that_read_the_study_before_another_set_it_up_makes_no_trials(t
     assert trial_numbers(storage, study._study_id) == [0, 1]
 
 
-def test_a_study_an_older_dpbench_left_half_made_is_refused(tmp_path, monkeypatch):
+def test_a_study_an_older_dpbench_left_half_made_is_finished_with_its_k_or_refused_before_k(tmp_path):
     """The older setup stored the config, secret, study id, K and heartbeat one by one, then enqueued the K trials one
-    by one, then ``ready``: a study it left without ``ready`` cannot be finished by the new two steps, and running
-    it only where the stop fell after the enqueuing (whose length grows with K) would condition K's law."""
+    by one, then ``ready``. Stopped after storing K, the study is finished with that K (refused, it would have been
+    run again under another name only where the stop missed the K-long enqueuing: K's law conditioned); stopped
+    before, it is refused (nothing of K was drawn)."""
     import pytest
 
     from dpbench.errors import UsageError
@@ -103,8 +104,13 @@ def test_a_study_an_older_dpbench_left_half_made_is_refused(tmp_path, monkeypatc
         old = optuna.create_study(storage=storage, study_name=name, direction="maximize")
         for key, value in stored.items():
             old.set_user_attr(key, value)
-        for _ in range(2 if "k" in stored else 0):
-            old.enqueue_trial({})
-        with pytest.raises(UsageError, match="older dpbench was interrupted"):
-            tune._open(spec(tmp_path, name))
-        assert "ready" not in old.user_attrs and len(old.get_trials()) == (2 if "k" in stored else 0)
+        if "k" not in stored:
+            with pytest.raises(UsageError, match="before it drew K"):
+                tune._open(spec(tmp_path, name))
+            continue
+        old.enqueue_trial({})
+        old.enqueue_trial({})
+        _, _, _, study, _ = tune._open(spec(tmp_path, name))
+        assert study.user_attrs["ready"] and study.user_attrs["k"] == 4
+        assert trial_numbers(storage, study._study_id) == [0, 1, 2, 3]
+        assert {t.state for t in study.get_trials()} == {optuna.trial.TrialState.WAITING}

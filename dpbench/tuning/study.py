@@ -125,12 +125,18 @@ def _set_up(plan_: Plan, storage: optuna.storages.RDBStorage, study: optuna.Stud
     2. ``ready``, then K WAITING trials (K drawn from the *stored* secret) with a heartbeat each, unless ready.
 
     A stop during the first leaves no coin anyone saw. A stop during the second, whose duration grows with K, is
-    finished by the next worker with the same K: redrawing there would condition K's law on surviving the stop."""
+    finished by the next worker with the same K: redrawing there would condition K's law on surviving the stop. So
+    is a study whose setup by an older dpbench (the attributes one by one, K before ``heartbeat_interval``, then the
+    trials one by one) stopped after it stored K; one that stopped before is refused (its stop did not depend on
+    K)."""
     study_id = study._study_id
     attrs = _study_attrs(storage, study_id)
-    if "ready" not in attrs and attrs and (not _FIRST <= set(attrs) or "k" in attrs):
-        raise UsageError(f"study {study.study_name} exists but its setup by an older dpbench was interrupted (its "
-                         f"creator died); use another --study")  # that code stored K and the trials one by one
+    if "ready" not in attrs and "k" in attrs:  # an older dpbench's setup, stopped while enqueuing: finish it
+        _insert_attrs(storage, study_id, {"ready": True}, trials=attrs["k"])
+        return
+    if "ready" not in attrs and attrs and not _FIRST <= set(attrs):
+        raise UsageError(f"study {study.study_name} exists but its setup by an older dpbench was interrupted before "
+                         f"it drew K; use another --study")
     if "secret" not in attrs:
         _insert_attrs(storage, study_id, {"secret": streams.secret_seed(), "dpbench_config": plan_.config,
                                           "study_id": secrets.token_hex(8),
@@ -153,9 +159,10 @@ def _study_attrs(storage: optuna.storages.RDBStorage, study_id: int) -> dict[str
 
 def _insert_attrs(storage: optuna.storages.RDBStorage, study_id: int, values: dict[str, Any], trials: int = 0
                   ) -> None:
-    """Insert the study's user attributes (Optuna's JSON encoding), then ``trials`` WAITING trials as Optuna's
-    ``enqueue_trial({})`` makes them, with a heartbeat each, in one transaction; nothing if another worker inserted
-    the first attribute first (any other conflict is an error)."""
+    """Insert the study's user attributes (Optuna's JSON encoding), then WAITING trials as Optuna's
+    ``enqueue_trial({})`` makes them, with a heartbeat each, up to ``trials`` in all (an older dpbench's setup may
+    have enqueued some), in one transaction; nothing if another worker inserted the first attribute first (any other
+    conflict is an error)."""
     (first, value), *rest = values.items()
     try:
         with storage.engine.begin() as connection:
@@ -168,7 +175,9 @@ def _insert_attrs(storage: optuna.storages.RDBStorage, study_id: int, values: di
                 connection.execute(_STUDY_ATTRS.insert().values(study_id=study_id, key=key,
                                                                 value_json=json.dumps(value)))
             now = _now(connection)
-            for number in range(trials):
+            made = connection.execute(sqlalchemy.select(sqlalchemy.func.count()).select_from(_TRIALS)
+                                      .where(_TRIALS.c.study_id == study_id)).scalar()
+            for number in range(made, trials):
                 trial_id = connection.execute(_TRIALS.insert().values(
                     study_id=study_id, number=number, state=TrialState.WAITING)).inserted_primary_key[0]
                 connection.execute(_TRIAL_ATTRS.insert().values(trial_id=trial_id, key="fixed_params",
