@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import sys
 import threading
 from datetime import datetime, timedelta
 from typing import Any
@@ -155,8 +156,9 @@ def put_back_held() -> None:
         for (url, trial_id), token in reversed(list(_HELD.items())):
             try:
                 _requeue(_STORAGES[url], trial_id, stale=False, token=token)
-            except sqlalchemy.exc.SQLAlchemyError:
-                continue  # this one goes stale and is a death; the others are still put back
+            except sqlalchemy.exc.SQLAlchemyError as error:  # it goes stale and is a death; the others go back
+                print(f"dpbench: could not put trial {trial_id} back ({type(error).__name__}); it will count as a "
+                      f"death if it ran alone", file=sys.stderr)
 
 
 def _requeue(storage: optuna.storages.RDBStorage, trial_id: int, stale: bool, token: str | None = None) -> None:
