@@ -151,7 +151,8 @@ def together(tmp_path):
     def run(setup: str, act: str, n: int) -> list:
         go = tmp_path / "go"
         script = (f"import json, os, sys, time\nfrom pathlib import Path\n"
-                  f"sys.path.insert(0, {str(Path(__file__).parent)!r})\nroot = Path({str(tmp_path)!r})\n{setup}\nprint('ready', flush=True)\n"
+                  f"sys.path.insert(0, {str(Path(__file__).parent)!r})\nroot = Path({str(tmp_path)!r})\n{setup}\n"
+                  f"print('ready', flush=True)\n"
                   f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.001)\nprint(json.dumps({act}))\n")
         children = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, env={**os.environ, "DPBENCH_HOME": str(tmp_path / "home")})

@@ -61,7 +61,8 @@ def test_a_study_whose_creator_died_before_drawing_is_set_up_by_the_next_worker(
 def test_workers_opening_a_new_study_at_once_make_k_trials_and_one_secret(tmp_path, together):
     """Each worker plans and opens the storage first, then all open the study together; K ~ Poisson(40), so that
     making the trials takes long enough for the others to try too."""
-    seen = together("from dataclasses import replace\nimport test_study_setup as t\nfrom dpbench.tuning import study, tune\n"
+    seen = together("from dataclasses import replace\nimport test_study_setup as t\n"
+                    "from dpbench.tuning import study, tune\n"
                     "spec = replace(t.spec(root, 'race'), trials=40.0)\n"
                     "plan_, storage = tune.plan(spec), study._storage(spec.storage, 1)",
                     "(lambda opened: [opened.user_attrs['secret'], opened.user_attrs['k']])"

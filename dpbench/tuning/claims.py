@@ -28,7 +28,7 @@ _BEATS = models.TrialHeartbeatModel.__table__
 _ATTRS = models.TrialSystemAttributeModel.__table__
 #: This process's claims: (storage URL, trial id) → the token of its claim.
 _HELD: dict[tuple[str, int], str] = {}
-#: The storages of those claims, by URL (to put them back from a signal handler).
+#: The storages of those claims, by URL (for :func:`put_back_held`, which has only the claims).
 _STORAGES: dict[str, optuna.storages.RDBStorage] = {}
 #: Held while a claim is made and registered, and while the claims are put back (:func:`put_back_held`).
 _CLAIMING = threading.Lock()

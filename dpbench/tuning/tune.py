@@ -33,16 +33,17 @@ Trials and the ledger. The study (Optuna storage: an SQLite file under ``DPBENCH
 SQLAlchemy URL, e.g. PostgreSQL, for many workers) holds exactly K trials once it is set up: its secret is stored
 in one transaction, then K (drawn from the stored secret, below), the ``ready`` mark and K ``WAITING`` trials in
 another, each all or nothing and each finished by the next worker if the one doing it died
-(:func:`dpbench.tuning.study._set_up`). A worker claims a trial by a compare-and-set WAITING → RUNNING update with a fresh
-heartbeat and a claim token (:mod:`dpbench.tuning.claims`), so no worker can add a (K+1)-th, and tells its outcome
-while its heartbeat beats. A trial whose worker died (killed, machine lost) stops beating; after the grace period
-any worker puts it back to WAITING (a compare-and-set that checks it is still RUNNING and stale) and runs it again;
-an interrupt (Ctrl-C) and the sweep's own close of its workers put it back at once, uncounted; a SIGTERM from
-outside (a time or memory limit may be the trial's own doing) is a death. It is the same trial: its seed, hyperparameter draws (each from its own
-stream) and score noise come from the secret and its number, so it gives the result it would have given, up to
-floating point where the two runs trained in different batches (:mod:`dpbench.run.multiseed`), and a kill delays
-the release without changing it (a job's duration depends on its K: dropping or redrawing killed studies would
-condition K's law on surviving). A worker whose claim was replaced meanwhile neither writes nor tells the trial.
+(:func:`dpbench.tuning.study._set_up`). A worker claims a trial by a compare-and-set WAITING → RUNNING update with
+a fresh heartbeat and a claim token (:mod:`dpbench.tuning.claims`), so no worker can add a (K+1)-th, and tells its
+outcome while its heartbeat beats. A trial whose worker died (killed, machine lost) stops beating; after the grace
+period any worker puts it back to WAITING (a compare-and-set that checks it is still RUNNING and stale) and runs it
+again; an interrupt (Ctrl-C) and the sweep's own close of its workers put it back at once, uncounted; a SIGTERM
+from outside (a time or memory limit may be the trial's own doing) is a death. It is the same trial: its seed,
+hyperparameter draws (each from its own stream) and score noise come from the secret and its number, so it gives
+the result it would have given, up to floating point where the two runs trained in different batches
+(:mod:`dpbench.run.multiseed`), and a kill delays the release without changing it (a job's duration depends on its
+K: dropping or redrawing killed studies would condition K's law on surviving). A worker whose claim was replaced
+meanwhile neither writes nor tells the trial.
 Deaths in a batch are not counted, and such a trial runs alone next; a trial that died alone ``REQUEUE_LIMIT``
 times and dies again is ``FAIL``, as is one that fails by itself (an error, a non-finite score): it counts as one
 of the K and never wins, so the ledger is always "K trials charged". A failure caused by the trial's own
@@ -112,8 +113,8 @@ def tune(spec: TuneSpec) -> dict[str, Any]:
 
 def tune_together(specs: list[TuneSpec]) -> list[dict[str, Any]]:
     """:func:`tune` for studies that run one per-trial mechanism (the leaderboard's tuning seeds of a cell: same
-    method, task, budget, K distribution, fixed settings and split seed), their trials trained as one batch per storage. Each
-    study keeps its own K, ledger and single release; the records are those :func:`tune` would give."""
+    method, task, budget, K distribution, fixed settings and split seed), their trials trained as one batch per
+    storage. Each study keeps its own K, ledger and single release; the records are those :func:`tune` would give."""
     storages: dict = {}  # one storage for studies in the same database
     opened = [_open(spec, storages) for spec in specs]
     batches: dict[int, tuple] = {}  # one batch per storage, so that its trials' beats go there
