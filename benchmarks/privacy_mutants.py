@@ -81,6 +81,10 @@ MUTANTS = [
     Mutant("calibrate-half-steps", "calibration", "σ calibrated for half the planned releases",
            "dpbench/run/engine.py", "planned_releases = hp[\"epochs\"] * steps_per_epoch * per_step",
            "planned_releases = max(1, hp[\"epochs\"] * steps_per_epoch * per_step // 2)", first="tests/test_engine.py"),
+    Mutant("pair-unchecked", "calibration", "the gradient's σ and the count's σ_b are not checked at the multiplier "
+           "finish charges (ulps above the calibrated one, where the PLD's ε can exceed the target)",
+           "dpbench/run/engine.py", "        if not over_target(charged_epsilon(", "        if True or not over_target(charged_epsilon(",
+           first="tests/test_adaptive_clipping.py::test_a_calibrated_pair_is_checked_at_the_multiplier_finish_charges"),
     Mutant("calibration-trusts-guess", "calibration", "σ is the central limit theorem's guess, not the PLD's answer "
            "(the guess is below it at small ε)", "dpbench/privacy/accounting.py",
            "    fine = lambda s: _make_accountant(accountant, neighbouring).compose(releases_with(s)).get_epsilon(delta)\n",

@@ -431,6 +431,42 @@ def test_a_count_noise_rule_without_a_fixed_point_is_refused_in_one_line(monkeyp
     assert found == ((0.5, 7.0),) and accounting.combined_noise_multiplier(sigma, found) >= 1.0
 
 
+def test_a_calibrated_pair_is_checked_at_the_multiplier_finish_charges(mirror, one_thread):
+    """The sweep of 27 November 2026 died after training on this cell: calibration solved for z = 81.76374109330388
+    (ε 0.09999996), the gradient's σ and the count's σ_b combined to z plus one ulp, where the PLD's ε is 0.10000001,
+    and finish refused the run. plan now checks the pair with finish's own computation."""
+    from dpbench.privacy import streams
+    from dpbench.tuning.validation import TrackSettings, track_split
+
+    settings = TrackSettings()
+    spec = RunSpec(method="quantile_clip", task="adult", neighbouring="replace-one", progress_bar=False,
+                   no_wandb=True, epsilon=0.1, seed=streams.child_seed(settings.seed, "validation-trial", 7, 0),
+                   overrides={"lr": 19.738682784378174, "momentum": 0.0, "epochs": 80, "batch_size": 256},
+                   validation=track_split(settings), append_to_store=False)
+    planned = engine.plan(spec)
+    releases = planned.hp["epochs"] * planned.steps_per_epoch * planned.method.releases_per_step
+    spent = planned.releases_charged(releases).epsilon(planned.delta, spec.accountant)
+    assert spent <= 0.1 * (1 + 1e-9), spent  # what finish refuses above
+    assert planned.record["combined_noise_multiplier"] <= 81.76374109330388 * (1 + 1e-4) ** 2  # one step, not more
+
+
+def test_meets_target_steps_up_past_a_non_monotone_epsilon():
+    """By hand: ε over the target at the calibrated z (as the PLD's ε can be within ulps of it) is stepped past by
+    1e-4 relative; a target never met is refused, not returned."""
+    seen = []
+
+    def charged(z):
+        seen.append(z)
+        return 1.0 + 1e-8 if z < 2.0 * (1 + 1e-4) else 0.99
+
+    assert engine._meets_target(2.0, None, 1.0, charged) == (pytest.approx(2.0 * (1 + 1e-4), rel=1e-15), ())
+    assert len(seen) == 2
+    sigma, extra = engine._meets_target(2.0, lambda s: ((0.5, 5 * s),), 1.0, charged)
+    assert accounting.combined_noise_multiplier(sigma, extra) >= 2.0 * (1 + 1e-4)
+    with pytest.raises(ValueError, match="within 8 steps"):
+        engine._meets_target(2.0, None, 1.0, lambda z: 1.1)
+
+
 @pytest.mark.parametrize("relation", ["add-remove", "replace-one"])
 def test_a_quantile_clip_record_charges_the_count_and_verify_recomputes_it(capsys, relation, one_thread):
     record = _run(capsys, "--method", "quantile_clip", "--task", "breast_cancer", "--epsilon", "1", "--set",
