@@ -28,6 +28,10 @@ class RunSpec:
     task: str
     epsilon: float | None = None
     noise_multiplier: float | None = None
+    #: ``noise_multiplier`` is the one charged, of the gradient and the extra releases on its batch together
+    #: (``dpbench.privacy.accounting.combined_noise_multiplier``), which the engine splits into the gradient's σ and
+    #: the count's σ_b: a private tuning's trials, whose mechanism is the same Gaussian for every trial.
+    noise_is_combined: bool = False
     delta: float | None = None
     seed: int = 0
     #: The seed drawn from the OS's entropy instead (streams.secret_seed) and never written: the record, W&B and the

@@ -531,8 +531,6 @@ def test_refusals(refused):
                                     "ck")
     assert "whole budget" in refused("run", "--method", "quantile_clip", "--task", "digits", "--epsilon", "0.1",
                                      "--set", "count_noise=3.2")  # the old default B/20; the default now runs
-    assert "only --mode oracle" in refused("tune", "--method", "quantile_clip", "--task", "digits", "--epsilon",
-                                           "1")
 
 
 @pytest.mark.parametrize("method", ["quantile_clip", "autoclip"])

@@ -21,12 +21,10 @@ METHODS = registry.methods(installed=False)
 
 
 def _privately_tunable(method) -> bool:
-    """Whether ``dpbench tune`` takes the method in a private mode (``dpbench.tuning.plan`` refuses count releases
-    and correlated noise): there a refused draw is a trial that counts. (``bandmf`` refuses batch sizes that leave
-    fewer than b batches per epoch, which depends on the task's n: a wasted trial of the uncharged validation
-    track, tested in tests/test_correlated.py.)"""
-    if getattr(method, "count_release", False):
-        return False
+    """Whether ``dpbench tune`` takes the method in a private mode (``dpbench.tuning.plan`` refuses correlated
+    noise): there a refused draw is a trial that counts. (``bandmf`` refuses batch sizes that leave fewer than b
+    batches per epoch, which depends on the task's n: a wasted trial of the uncharged validation track, tested in
+    tests/test_correlated.py.)"""
     defaults = {**getattr(method, "defaults", {})}
     return getattr(method, "correlation", lambda hp: None)(defaults) is None
 

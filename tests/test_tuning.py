@@ -20,6 +20,7 @@ from dpbench.results import store
 from dpbench.run import engine
 from dpbench.spec import RunSpec
 from dpbench.tuning import search, tune
+from dpbench.tuning import trials as trials_module
 from dpbench.tuning.accounting import ValidationSplit, draw_k
 from dpbench.tuning.plan import MAX_TRIALS
 from dpbench.tuning.released import PUBLIC_TUNING_FIELDS
@@ -366,6 +367,28 @@ def test_studies_tuned_together_release_nothing_of_their_batch(monkeypatch):
     [alone] = tune.tune_together(specs((0,)))
     differs = {key for key in alone if key not in ("run_id", "created_at", "tuning") and alone[key] != together[0][key]}
     assert not differs or differs <= {"metrics"}, differs  # float rounding of a batch of another size at most
+
+
+def test_a_count_methods_trials_draw_the_combined_noise_the_tuning_charges(capsys, monkeypatch):
+    """quantile_clip tuned by random stopping: every trial's gradient σ and count σ_b make the Gaussian of
+    tuning.noise_multiplier (Andrew et al. 2021, Theorem 1); the gradient alone drawing the tuning's σ, with the count
+    on top (less noise than charged), fails every trial."""
+    record = tune_json(capsys, "--method", "quantile_clip", "--task", "digits", "--epsilon", "1", *FAST)
+    z = record["tuning"]["noise_multiplier"]
+    trial_records = [t.user_attrs["record"] for t in study_of(record).get_trials()]
+    assert trial_records and all(engine.charged_noise_multiplier(r) >= z and r["noise_multiplier"] > z * 1.001
+                                 for r in trial_records)
+    assert record["epsilon"] <= 1.0 and reproduce_total(record) == pytest.approx(record["epsilon"], rel=0.01)
+
+    def gradient_at_z(*args):
+        spec = _trial_run_spec(*args)
+        spec.noise_is_combined = False
+        return spec
+
+    monkeypatch.setattr(trials_module, "_trial_run_spec", gradient_at_z)
+    assert main(["tune", "--method", "quantile_clip", "--task", "digits", "--epsilon", "1", *FAST,
+                 "--study", "charged-less"]) != 0
+    assert "ran at noise multiplier" in capsys.readouterr().err
 
 
 def test_trials_sample_as_the_tuning_accountant_assumes_whatever_the_methods_sampler(capsys, tmp_path):

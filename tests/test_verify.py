@@ -87,6 +87,9 @@ def genuine(tmp_path_factory):
         found[f"tuned {mode}"] = tune.tune(tune.TuneSpec(
             method="dpsgd", task="digits", epsilon=1.0, mode=mode, trials=trials, overrides={"epochs": 1},
             storage=f"sqlite:///{folder / 'studies.db'}", store_path=store_path, no_wandb=True))
+    found["tuned quantile_clip"] = tune.tune(tune.TuneSpec(  # the count is charged with the gradient as one Gaussian
+        method="quantile_clip", task="digits", epsilon=1.0, mode="random-stopping", trials=2, overrides={"epochs": 1},
+        storage=f"sqlite:///{folder / 'studies.db'}", store_path=store_path, no_wandb=True))
     found["tuned output_perturbation"] = tune.tune(tune.TuneSpec(
         method="output_perturbation", task="breast_cancer", epsilon=1.0, trials=2, neighbouring="replace-one",
         storage=f"sqlite:///{folder / 'studies.db'}", store_path=store_path, no_wandb=True))
@@ -655,7 +658,7 @@ def test_a_release_method_without_its_ledger_fails(tmp_path, genuine):
 
 @pytest.mark.parametrize("changes, problem", [
     ({"method": lambda _: "quantile_clip", "code.method.name": lambda _: "quantile_clip"},
-     "quantile_clip releases a count with each gradient"),
+     "quantile_clip releases a count of sensitivity 1/2 with each gradient, but its extra_releases are []"),
     ({"method": lambda _: "dpftrl", "code.method.name": lambda _: "dpftrl"},
      "dpftrl with its hyperparameters adds correlated noise"),
     ({"task": lambda _: "mnist_mlp", "code.task.name": lambda _: "mnist_mlp",
@@ -669,6 +672,23 @@ def test_a_tuned_record_whose_method_or_task_releases_more_than_its_trials_charg
                                                                                         problem):
     found = problems_of(tmp_path, forged(genuine[0]["tuned random-stopping"], **changes))
     assert len(found) == 1 and problem in found[0], found
+
+
+def test_a_tuned_count_method_is_charged_at_the_pair_it_drew(tmp_path, genuine):
+    """A privately tuned quantile_clip record: its trials are charged at tuning.noise_multiplier z, which the gradient's
+    σ and the count's σ_b make together (Andrew et al. 2021, Theorem 1). Forged in one respect: the trial drew its
+    gradient at z and the count on top (the pair below z), every other field consistent with that."""
+    record = genuine[0]["tuned quantile_clip"]
+    tuned, count = record["tuning"], record["extra_releases"][0]
+    z = (record["noise_multiplier"] ** -2 + (count["sensitivity"] / count["noise_std"]) ** 2) ** -0.5
+    assert tuned["noise_multiplier"] <= z <= tuned["noise_multiplier"] * (1 + 1e-12)
+    assert record["noise_multiplier"] > tuned["noise_multiplier"] * 1.001 and problems_of(tmp_path, record) == []
+    sigma = tuned["noise_multiplier"]
+    sigma_b = max(record["sample_rate"] * record["n_train"] / 20, 5 * sigma)  # quantile_clip's σ_b at this σ
+    cheap = forged(record, noise_multiplier=lambda _: sigma, **{"extra_releases.0.noise_std": lambda _: sigma_b},
+                   combined_noise_multiplier=lambda _: (sigma**-2 + (0.5 / sigma_b) ** 2) ** -0.5)
+    [problem] = problems_of(tmp_path, cheap)
+    assert "is below tuning.noise_multiplier" in problem or "(tuning.noise_multiplier) is" in problem, problem
 
 
 def test_a_delta_of_at_least_one_over_n_fails_unless_the_record_says_it_was_forced(tmp_path, genuine):

@@ -333,6 +333,8 @@ def plan(spec: RunSpec, calibrate: bool = True,
         if spec.noise_multiplier is not None:
             sigma = spec.noise_multiplier
             try:
+                if spec.noise_is_combined and extra:
+                    sigma, extra = _count_calibrated(spec.noise_multiplier, count_extra)
                 combined = combined_noise_multiplier(sigma, extra) if extra else sigma
                 if calibrate:  # the ε the run will report, now rather than after training (the same, cached)
                     GaussianReleases(sample_rate, combined, planned_releases, sampler_name, steps_per_epoch * per_step,

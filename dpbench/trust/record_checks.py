@@ -19,7 +19,8 @@ from dpbench.method import ReleaseMethod
 from dpbench.results.records import LEDGER_VERSION
 from dpbench.trust import audit
 from dpbench.trust.canaries import OBSERVERS
-from dpbench.trust.plan_checks import _builtin, _builtin_task, _options, _plan, _run_event, _training_event, check_n_train
+from dpbench.trust.plan_checks import (_builtin, _builtin_task, _charged_sigma, _options, _plan, _run_event,
+                                      _training_event, check_n_train)
 from dpbench.trust.recompute import (Mismatch, _at_least, _check_delta, _check_positive, _close, _epsilon, _error, _rdp,
                                      _rdp_error)
 from dpbench.trust.release_checks import (_check_output_sensitivities, _check_relation, _output_classifiers,
@@ -89,7 +90,11 @@ def _check_tuned(record: dict[str, Any]) -> None:
         _check_relation(record)
     else:
         _check_tuned_gradient_trials(record)
-        _close(record.get("noise_multiplier"), sigma, "noise_multiplier (tuning.noise_multiplier)")
+        charged = _charged_sigma(record)
+        _close(charged, sigma, "the gradient's noise multiplier with its extra releases' (tuning.noise_multiplier)")
+        if charged < sigma * (1 - 1e-12):  # the trials are charged at tuning's σ: they must have drawn that much
+            raise Mismatch(f"the trial's noise multiplier {charged!r} (gradient and extra releases combined) is below "
+                           f"tuning.noise_multiplier {sigma!r}, which its ε is computed at")
         for key, value in (("sample_rate", q), ("gradient_evaluations", releases)):
             if record.get(key) != value:
                 raise Mismatch(f"{key} is {record.get(key)!r} but tuning.{key} is {value!r}")
@@ -137,13 +142,12 @@ def _check_tuned(record: dict[str, Any]) -> None:
 
 
 def _check_tuned_gradient_trials(record: dict[str, Any]) -> None:
-    """A privately tuned gradient record's trials are charged as Poisson-subsampled Gaussians of the gradient's σ
-    alone (:func:`_trial_rdp`): what else its method or task would release, and ``dpbench.tuning.plan`` refuses to
-    tune (a count with each gradient, correlated noise, other batches, a release of the data before training), is
-    refused here too, whatever the record's fields say (issue 31's second hostile review: a ``quantile_clip``,
-    ``dpftrl`` or DP-PCA record passed as tuned with its extra releases uncharged)."""
-    if record.get("extra_releases"):
-        raise Mismatch("a privately tuned record with extra releases, which its per-trial mechanism does not charge")
+    """A privately tuned gradient record's trials are charged as Poisson-subsampled Gaussians of tuning's σ
+    (:func:`_trial_rdp`), which :func:`_check_tuned` compares with the record's gradient and extra releases combined
+    (:func:`~dpbench.trust.plan_checks._charged_sigma`: a count on the same batch is one Gaussian with it). What
+    else its method or task would release, and ``dpbench.tuning.plan`` refuses to tune (correlated noise, other
+    batches, a release of the data before training), is refused here too, whatever the record's fields say (issue
+    31's second hostile review: a ``dpftrl`` or DP-PCA record passed as tuned with its extra releases uncharged)."""
     if record.get("sampler") != "poisson" or record.get("noise_correlation"):
         raise Mismatch(f"a privately tuned record with {record.get('sampler')!r} batches"
                        f"{' and correlated noise' if record.get('noise_correlation') else ''}: its trials are "
@@ -151,8 +155,6 @@ def _check_tuned_gradient_trials(record: dict[str, Any]) -> None:
     if record.get("data_releases") or record.get("data_release_events"):
         raise Mismatch("a privately tuned record with data releases, which its per-trial mechanism does not charge")
     method, task, hp = _builtin(record), _builtin_task(record), record["hyperparameters"]
-    if method is not None and getattr(method, "count_release", False):
-        raise Mismatch(f"{method.name} releases a count with each gradient, which private tuning does not charge")
     if method is not None and method.correlation(hp) is not None:
         raise Mismatch(f"{method.name} with its hyperparameters adds correlated noise, which private tuning does "
                        f"not charge")

@@ -109,7 +109,9 @@ def draw_k(distribution: dict[str, Any], secret: int) -> int:
 @dataclass(frozen=True)
 class TrialMechanism:
     """What one trial runs. ``kind`` "gradient": ``releases`` Poisson-subsampled Gaussian gradient releases (rate q,
-    noise σ) on T; "output": ``releases`` Gaussian output mechanisms (one per classifier) of noise multiplier σ."""
+    noise σ) on T, σ being the combined multiplier of the gradient and the extra releases on its batch where the
+    method makes any (a count: ``dpbench.privacy.accounting.combined_noise_multiplier``, one Gaussian exactly);
+    "output": ``releases`` Gaussian output mechanisms (one per classifier) of noise multiplier σ."""
 
     sample_rate: float
     noise_multiplier: float
@@ -145,7 +147,8 @@ class TrialMechanism:
         relation = ("" if self.neighbouring == "add-remove" else
                     ", replace-one by the weak triangle inequality of the add/remove curve")
         return ("SelfComposed(PoissonSampled(sample_rate, Gaussian(noise_multiplier)), gradient_evaluations)"
-                f"{relation}; training and score in parallel (disjoint data)")
+                f"{relation}, noise_multiplier combining the gradient's and any count's (combined_noise_multiplier); "
+                f"training and score in parallel (disjoint data)")
 
 
 @functools.lru_cache(maxsize=256)

@@ -135,9 +135,6 @@ def plan(spec: TuneSpec, calibrate: bool = True) -> Plan:
                          f"replace-one")
     if not method.private and spec.mode != "oracle":
         raise UsageError(f"{method.name} is not private: only --mode oracle can tune it")
-    if getattr(method, "count_release", False) and spec.mode != "oracle":
-        raise UsageError(f"{method.name} makes a count release with each gradient, which private tuning does not "
-                         f"charge yet (its trial mechanism is the gradient's σ alone): only --mode oracle can tune it")
     space = dict(method.search_space if spec.search_space is None else spec.search_space)
     if not space:
         raise UsageError(f"{method.name} declares no search space; pass --search-space FILE")

@@ -57,7 +57,8 @@ def _sampler(plan_: Plan, secret: int, trial_number: int) -> optuna.samplers.Bas
 def _trial_run_spec(plan_: Plan, params: dict[str, Any], number: int, secret: int) -> RunSpec:
     """Trial ``number``'s run: its seed from the ``tuning-trial`` stream of the study's secret, its score noise from
     its ``score-noise`` stream, both at ``number``; in the private modes Poisson sampling (what the per-trial event
-    assumes, whatever the method's default sampler) at the planned σ, on the split of the study's public split seed."""
+    assumes, whatever the method's default sampler) at the planned σ (a count release's pair combined, as the
+    trial's Gaussian charges it), on the split of the study's public split seed."""
     spec = plan_.spec
     common = dict(method=spec.method, task=spec.task, delta=plan_.delta,
                   seed=streams.child_seed(secret, "tuning-trial", number),
@@ -70,7 +71,7 @@ def _trial_run_spec(plan_: Plan, params: dict[str, Any], number: int, secret: in
     if plan_.trial.kind == "output":
         return RunSpec(noise_multiplier=plan_.trial.noise_multiplier, neighbouring="replace-one",
                        validation=validation, **common)
-    return RunSpec(noise_multiplier=plan_.trial.noise_multiplier, sampler="poisson",
+    return RunSpec(noise_multiplier=plan_.trial.noise_multiplier, noise_is_combined=True, sampler="poisson",
                    neighbouring=spec.neighbouring, validation=validation, **common)
 
 
@@ -83,6 +84,10 @@ def _check_trial(plan_: Plan, number: int, record: dict[str, Any]) -> None:
         ran = (round(record["noise_multiplier"] / trial.noise_multiplier, 9), record["neighbouring"])
         planned = (1.0, "replace-one")
     else:
+        charged = engine.charged_noise_multiplier(record)  # with a count release: the pair's, at most ulps above
+        if not trial.noise_multiplier <= charged <= trial.noise_multiplier * (1 + 1e-12):
+            raise RuntimeError(f"trial {number} ran at noise multiplier {charged!r} (gradient and extra releases "
+                               f"combined); the tuning charges {trial.noise_multiplier!r}")
         ran = (record["sampler"], record["sample_rate"], record["gradient_evaluations"], record["neighbouring"])
         planned = ("poisson", trial.sample_rate, trial.releases, trial.neighbouring)
     if ran != planned:
