@@ -214,7 +214,7 @@ MUTANTS = [
            "dpbench/tuning/accounting.py", "ORDERS, trial.curve(), distribution[\"mean\"], k_shape(distribution)))",
            "ORDERS, trial.curve(), 1.0, k_shape(distribution)))", first="tests/test_tuning.py"),
     Mutant("tuning-shuffle-trials", "tuning", "trials sample with the method's default sampler, not Poisson",
-           "dpbench/tuning/trials.py", 'noise_is_combined=True, sampler="poisson",',
+           "dpbench/tuning/trials.py", 'noise_is_combined=True, sampler=plan_.trial.sampler,',
            'noise_is_combined=True, sampler=None,', first="tests/test_tuning.py"),
     Mutant("tuning-score-noise", "tuning", "the validation score's noise is a tenth of what parallel composition needs",
            "dpbench/tuning/accounting.py", "return math.sqrt(float(np.max(ORDERS / (2 * trial.curve())))) * (1 + 1e-9)",
@@ -753,6 +753,14 @@ MUTANTS = [
            "        charged = _charged_sigma(record)\n",
            "        charged = _charged_sigma(record) and record[\"noise_multiplier\"]\n",
            first="tests/test_verify.py::test_a_tuned_count_method_is_charged_at_the_pair_it_drew"),
+    Mutant("tuned-correlated-as-poisson", "tuning", "a correlated-noise trial is charged as Poisson-subsampled "
+           "independent noise at q = B/n (amplification its fixed cyclic batches do not give)",
+           "dpbench/tuning/accounting.py", "        if self.sampler == correlated.SAMPLER:\n",
+           "        if False:\n", first="tests/test_tuning.py::test_correlated_noise_is_tuned_with_its_own_mechanism"),
+    Mutant("tuned-correlation-unchecked-in-verify", "verify", "verify takes a tuned bandmf or dpftrl record that says "
+           "its trials were Poisson-subsampled independent noise", "dpbench/trust/record_checks.py",
+           "    if method is not None and (method.correlation(hp) is not None) != cyclic:",
+           "    if False:", first="tests/test_tuning.py::test_correlated_noise_is_tuned_with_its_own_mechanism"),
     Mutant("adaptive-isolated", "isolation", "a method with a count release or moving C runs isolated (the child "
            "never forwards them)", "dpbench/run/refusals.py",
            '("--isolate (the isolated process does not forward them)", spec.isolate)',
@@ -787,10 +795,10 @@ MUTANTS = [
     Mutant("cyclic-add-remove", "correlated noise", "banded noise on fixed-size batches accepted under add/remove",
            "dpbench/privacy/accounting.py", '    if sampler == "cyclic" and neighbouring != "replace-one":',
            "    if False:", first="tests/test_correlated.py::test_the_cyclic_sampler_and_banded_noise_go_together_under_replace_one_only"),
-    Mutant("banded-tuned-privately", "tuning", "a banded-noise method is tuned privately (its trials charged as "
-           "Poisson-subsampled independent noise)", "dpbench/tuning/plan.py",
-           '            and getattr(method, "correlation", lambda hp: None)(hp) is not None):', "            and False):",
-           first="tests/test_correlated.py::test_refusals"),
+    Mutant("correlation-searched", "tuning", "a search space that changes a method's noise correlation (bandmf's "
+           "bands) is tuned privately: each trial its own mechanism, the total charging one",
+           "dpbench/tuning/plan.py", "            if other != correlation:", "            if False:",
+           first="tests/test_tuning.py::test_correlated_noise_tuning_refuses_what_would_change_the_trials_mechanism"),
     Mutant("banded-band-not-checked", "checkpoints", "a checkpoint's band of noise vectors is resumed unchecked",
            "dpbench/run/checkpoint.py",
            '        if kept != min(bands - 1, implied["releases"]) or band.get("bands") != bands:', "        if False:",

@@ -17,7 +17,7 @@ from scipy import stats
 
 from dpbench import registry
 from dpbench.cli import main
-from dpbench.errors import PrivacyCheckFailed, UsageError
+from dpbench.errors import PrivacyCheckFailed
 from dpbench.privacy import accounting, correlated
 from dpbench.privacy.sampling import CyclicSampler, IndexedTensors
 from dpbench.run import engine, multiseed
@@ -392,7 +392,8 @@ def test_refusals(refused):
     assert "--noise torch (only the counter-based Philox" in refused("run", "--method", "bandmf", "--task", "digits",
                                                                       "--noise", "torch")
     assert "participation schema" in refused("run", "--method", "dpsgd", "--task", "digits", "--sampler", "cyclic")
-    assert "only --mode oracle" in refused("tune", "--method", "bandmf", "--task", "digits", "--epsilon", "1")
+    assert "pass --neighbouring replace-one" in refused("tune", "--method", "bandmf", "--task", "digits", "--epsilon",
+                                                        "1")  # tuned privately under replace-one: tests/test_tuning.py
 
 
 @pytest.mark.parametrize("method", ["bandmf", "dpftrl"])
@@ -564,4 +565,5 @@ def test_dpftrl_is_accounted_by_rdp_whatever_the_accountant_asked(one_thread):
 def test_dpftrl_refusals(refused):
     assert "cyclic" in refused("run", "--method", "dpftrl", "--task", "digits", "--sampler", "shuffle",
                                "--accountant", "rdp")
-    assert "only --mode oracle" in refused("tune", "--method", "dpftrl", "--task", "digits", "--epsilon", "1")
+    assert "pass --neighbouring replace-one" in refused("tune", "--method", "dpftrl", "--task", "digits", "--epsilon",
+                                                        "1")  # tuned privately under replace-one: tests/test_tuning.py

@@ -16,9 +16,10 @@ from dpbench.board import leaderboard
 from dpbench.cli import main
 from dpbench.privacy import streams
 from dpbench.privacy.accounting import GaussianReleases
-from dpbench.results import store
+from dpbench.results import records, store
 from dpbench.run import engine
 from dpbench.spec import RunSpec
+from dpbench.trust import record_checks
 from dpbench.tuning import search, tune
 from dpbench.tuning import trials as trials_module
 from dpbench.tuning.accounting import ValidationSplit, draw_k
@@ -389,6 +390,49 @@ def test_a_count_methods_trials_draw_the_combined_noise_the_tuning_charges(capsy
     assert main(["tune", "--method", "quantile_clip", "--task", "digits", "--epsilon", "1", *FAST,
                  "--study", "charged-less"]) != 0
     assert "ran at noise multiplier" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("method", ["bandmf", "dpftrl"])
+def test_correlated_noise_is_tuned_with_its_own_mechanism(capsys, method):
+    """bandmf (banded noise) and dpftrl (tree aggregation) tuned by random stopping: every trial runs the cyclic
+    sampler's correlated noise, and the total is dp-accounting's RepeatAndSelect of that mechanism (replace-one:
+    sensitivity 2, under REPLACE_SPECIAL), computed here from the paper's coefficients, not dpbench's."""
+    record = tune_json(capsys, "--method", method, "--task", "digits", "--epsilon", "1", *FAST, "--neighbouring",
+                       "replace-one")
+    tuned, trials = record["tuning"], [t.user_attrs["record"] for t in study_of(record).get_trials()]
+    epochs, batches = record["hyperparameters"]["epochs"], record["n_train"] // record["hyperparameters"]["batch_size"]
+    assert trials and all(r["sampler"] == "cyclic" and r["noise_multiplier"] == tuned["noise_multiplier"]
+                          and r["noise_correlation"] == record["noise_correlation"] for r in trials + [record])
+    sigma = tuned["noise_multiplier"]
+    if method == "bandmf":
+        bands = record["hyperparameters"]["bands"]
+        column = math.sqrt(sum((math.comb(2 * j, j) / 4**j) ** 2 for j in range(bands)))  # (1 − x)^(−1/2), b terms
+        trial = dp_accounting.GaussianDpEvent(sigma / (2 * math.sqrt(epochs) * column))  # sensitivity 2√k‖c‖
+    else:
+        trial = dp_accounting.SelfComposedDpEvent(dp_accounting.SingleEpochTreeAggregationDpEvent(sigma / 2, batches),
+                                                  epochs)
+    k = tuned["k_distribution"]
+    event = dp_accounting.dp_event.RepeatAndSelectDpEvent(trial, k["mean"], k["eta"])
+    total = rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL).compose(
+        event).get_epsilon(record["delta"])
+    assert record["epsilon"] == pytest.approx(total, rel=1e-6) and record["epsilon"] <= 1.0
+    assert record_checks.check(record) == []
+    # Charged as Poisson-subsampled independent noise (amplified: less ε), the rest consistent: verify refuses it.
+    poisson = {key: value for key, value in record.items() if key != "noise_correlation"}
+    poisson["sampler"] = "poisson"
+    [problem] = record_checks.check(records.seal(poisson))
+    assert f"{method} with its hyperparameters adds correlated noise" in problem, problem
+
+
+def test_correlated_noise_tuning_refuses_what_would_change_the_trials_mechanism(refused, tmp_path):
+    args = ["--task", "digits", "--epsilon", "1", "--epochs", "2", "--trials", "2", "--no-wandb"]
+    assert "replace-one" in refused("tune", "--method", "dpftrl", *args)
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({"bands": {"type": "int", "low": 2, "high": 8},
+                                 "lr": {"type": "float", "low": 0.001, "high": 1.0}}))
+    message = refused("tune", "--method", "bandmf", *args, "--neighbouring", "replace-one", "--search-space",
+                      str(space))
+    assert "bands cannot be searched in a private mode" in message
 
 
 def test_trials_sample_as_the_tuning_accountant_assumes_whatever_the_methods_sampler(capsys, tmp_path):

@@ -21,8 +21,8 @@ from dpbench.trust import audit
 from dpbench.trust.canaries import OBSERVERS
 from dpbench.trust.plan_checks import (_builtin, _builtin_task, _charged_sigma, _options, _plan, _run_event,
                                       _training_event, check_n_train)
-from dpbench.trust.recompute import (Mismatch, _at_least, _check_delta, _check_positive, _close, _epsilon, _error, _rdp,
-                                     _rdp_error)
+from dpbench.trust.recompute import (Mismatch, _at_least, _check_delta, _check_positive, _close, _doubled, _epsilon,
+                                     _error, _rdp, _rdp_error)
 from dpbench.trust.release_checks import (_check_output_sensitivities, _check_relation, _output_classifiers,
                                           check_release)
 
@@ -51,12 +51,19 @@ def _check_gradient_run(record: dict[str, Any], epsilon_key: str = "epsilon") ->
 
 
 def _trial_rdp(record: dict[str, Any], tuned: dict[str, Any], orders: np.ndarray) -> np.ndarray:
-    """One trial's RDP: its gradient releases (Poisson, rate q) or its Gaussian output mechanisms, under the
-    tuning's relation (a full-batch replace-one trial is a Gaussian of sensitivity 2: 4× the add/remove curve)."""
+    """One trial's RDP: its gradient releases (Poisson, rate q; or correlated noise on cyclic batches) or its
+    Gaussian output mechanisms, under the tuning's relation (a full-batch replace-one trial is a Gaussian of
+    sensitivity 2: 4× the add/remove curve)."""
     sigma, q, releases = tuned["noise_multiplier"], tuned["sample_rate"], tuned["gradient_evaluations"]
     relation = tuned.get("neighbouring", "add-remove")
     if tuned.get("trial_mechanism", "gradient") == "output":
         return releases * orders / (2 * sigma**2)
+    if record.get("sampler") == "cyclic":  # correlated noise, its plan the record's (replace-one only, as a run)
+        if relation != "replace-one":
+            raise Mismatch(f"correlated noise on cyclic batches is accounted under replace-one only, not {relation!r}")
+        accountant = rdp.RdpAccountant(orders=[float(a) for a in orders],
+                                       neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL)
+        return np.asarray(accountant.compose(_doubled(_training_event(record, sigma, q, releases))).rdp)
     if relation == "replace-one" and q >= 1:
         return releases * orders * 2 / sigma**2
     return _rdp(_training_event({**record, "sampler": "poisson"}, sigma, q, releases), orders, relation)
@@ -142,22 +149,28 @@ def _check_tuned(record: dict[str, Any]) -> None:
 
 
 def _check_tuned_gradient_trials(record: dict[str, Any]) -> None:
-    """A privately tuned gradient record's trials are charged as Poisson-subsampled Gaussians of tuning's σ
-    (:func:`_trial_rdp`), which :func:`_check_tuned` compares with the record's gradient and extra releases combined
+    """A privately tuned gradient record's trials are charged as Gaussians of tuning's σ (:func:`_trial_rdp`):
+    Poisson-subsampled, or correlated noise on the cyclic sampler's batches (the record's own plan:
+    ``noise_correlation``, which :func:`~dpbench.trust.plan_checks._training_event` recomputes), σ compared by
+    :func:`_check_tuned` with the record's gradient and extra releases combined
     (:func:`~dpbench.trust.plan_checks._charged_sigma`: a count on the same batch is one Gaussian with it). What
-    else its method or task would release, and ``dpbench.tuning.plan`` refuses to tune (correlated noise, other
-    batches, a release of the data before training), is refused here too, whatever the record's fields say (issue
-    31's second hostile review: a ``dpftrl`` or DP-PCA record passed as tuned with its extra releases uncharged)."""
-    if record.get("sampler") != "poisson" or record.get("noise_correlation"):
+    else its method or task would release, and ``dpbench.tuning.plan`` refuses to tune (other batches, correlated
+    noise a built-in method does not declare, a release of the data before training), is refused here too, whatever
+    the record's fields say (issue 31's second hostile review: a DP-PCA record passed as tuned with its data release
+    uncharged)."""
+    cyclic = record.get("sampler") == "cyclic"
+    if record.get("sampler") not in ("poisson", "cyclic") or bool(record.get("noise_correlation")) != cyclic:
         raise Mismatch(f"a privately tuned record with {record.get('sampler')!r} batches"
                        f"{' and correlated noise' if record.get('noise_correlation') else ''}: its trials are "
-                       f"charged as Poisson-subsampled independent Gaussians")
+                       f"charged as Poisson-subsampled independent Gaussians, or as correlated noise on cyclic "
+                       f"batches")
     if record.get("data_releases") or record.get("data_release_events"):
         raise Mismatch("a privately tuned record with data releases, which its per-trial mechanism does not charge")
     method, task, hp = _builtin(record), _builtin_task(record), record["hyperparameters"]
-    if method is not None and method.correlation(hp) is not None:
-        raise Mismatch(f"{method.name} with its hyperparameters adds correlated noise, which private tuning does "
-                       f"not charge")
+    if method is not None and (method.correlation(hp) is not None) != cyclic:
+        raise Mismatch(f"{method.name} with its hyperparameters adds "
+                       f"{'correlated' if method.correlation(hp) is not None else 'independent'} noise, but the "
+                       f"record's trials are charged as {'correlated' if cyclic else 'independent'} noise")
     if task is not None and tuple(task.private_release_events(_options(task, record))):
         raise Mismatch(f"task {task.name} with its options releases statistics of its data before training, which "
                        f"private tuning does not charge")

@@ -29,6 +29,10 @@ The training's RDP curve under the tuning's neighbouring relation:
   then adding z', so ρ_rep(α) ≤ (α − ½)/(α − 1)·ρ(2α) + ρ(2α − 1), where ρ is the add/remove curve (valid in both
   directions). It is looser than the exact PLD figure a single run reports under replace-one, never smaller
   (tests/test_tuning_privacy.py compares them);
+* correlated noise on the cyclic sampler's batches (replace-one only, as a single run; no amplification):
+  banded, one Gaussian of multiplier σ/(√k·‖c‖) and sensitivity 2, α·2/(σ/(√k·‖c‖))², exactly; tree aggregation,
+  dp-accounting's RDP of one ``SingleEpochTreeAggregationDpEvent`` per epoch under ``REPLACE_SPECIAL`` at σ/2
+  (:func:`dpbench.privacy.accounting.rdp_curve`);
 * output perturbation: K classifiers, each a Gaussian mechanism θ + N(0, σ²Δ²) whose Δ is already the replace-one
   sensitivity: K·α/(2σ²).
 
@@ -53,8 +57,8 @@ from dp_accounting import rdp
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpbench.data import rows
-from dpbench.privacy import cache, streams
-from dpbench.privacy.accounting import rdp_curve
+from dpbench.privacy import cache, correlated, streams
+from dpbench.privacy.accounting import GaussianReleases, rdp_curve
 from dpbench.task import Task, TaskData
 
 ORDERS = np.asarray(rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
@@ -108,19 +112,29 @@ def draw_k(distribution: dict[str, Any], secret: int) -> int:
 
 @dataclass(frozen=True)
 class TrialMechanism:
-    """What one trial runs. ``kind`` "gradient": ``releases`` Poisson-subsampled Gaussian gradient releases (rate q,
-    noise σ) on T, σ being the combined multiplier of the gradient and the extra releases on its batch where the
-    method makes any (a count: ``dpbench.privacy.accounting.combined_noise_multiplier``, one Gaussian exactly);
-    "output": ``releases`` Gaussian output mechanisms (one per classifier) of noise multiplier σ."""
+    """What one trial runs. ``kind`` "gradient": ``releases`` Gaussian gradient releases of noise multiplier σ on T,
+    σ being the combined multiplier of the gradient and the extra releases on its batch where the method makes any
+    (a count: ``dpbench.privacy.accounting.combined_noise_multiplier``, one Gaussian exactly); their batches
+    Poisson-subsampled at rate q (``sampler`` "poisson"), or the cyclic sampler's fixed partition of T into
+    ``releases_per_epoch`` batches with correlated noise (``bands`` > 0: banded; ``tree``: tree aggregation restarted
+    every epoch; :mod:`dpbench.privacy.correlated`). "output": ``releases`` Gaussian output mechanisms (one per
+    classifier) of noise multiplier σ."""
 
     sample_rate: float
     noise_multiplier: float
     releases: int
     neighbouring: str = "add-remove"
     kind: str = "gradient"
+    sampler: str = "poisson"
+    releases_per_epoch: int = 1
+    bands: int = 0
+    tree: bool = False
 
     def event(self) -> dp_accounting.DpEvent:
         """The trial's event as dp-accounting would take it under add/remove neighbours (gradient trials)."""
+        if self.sampler == correlated.SAMPLER:
+            return GaussianReleases(self.sample_rate, self.noise_multiplier, self.releases, self.sampler,
+                                    self.releases_per_epoch, (), self.neighbouring, self.bands, self.tree).event()
         once = dp_accounting.GaussianDpEvent(self.noise_multiplier)
         if self.kind == "gradient" and self.sample_rate < 1:
             once = dp_accounting.PoissonSampledDpEvent(self.sample_rate, once)
@@ -136,14 +150,26 @@ class TrialMechanism:
             return np.full_like(orders, np.inf)
         if self.kind == "output":
             return self.releases * orders / (2 * self.noise_multiplier**2)
-        if self.neighbouring == "replace-one" and self.sample_rate >= 1:  # Gaussian of sensitivity 2, exactly
-            return self.releases * orders * 2 / self.noise_multiplier**2
-        return rdp_curve(self.event(), orders, self.neighbouring)
+        if self.neighbouring == "replace-one" and self.sampler == "poisson" and self.sample_rate >= 1:
+            return self.releases * orders * 2 / self.noise_multiplier**2  # Gaussian of sensitivity 2, exactly
+        event = self.event()
+        if isinstance(event, dp_accounting.GaussianDpEvent):  # banded: one Gaussian of multiplier σ/Δ, exactly
+            sensitivity = 2 if self.neighbouring == "replace-one" else 1
+            return orders * sensitivity**2 / (2 * event.noise_multiplier**2)
+        return rdp_curve(event, orders, self.neighbouring)
 
     def description(self) -> str:
         if self.kind == "output":
             return (f"{self.releases} Gaussian output mechanism(s) of noise multiplier noise_multiplier (replace-one "
                     f"sensitivity); training and score in parallel (disjoint data)")
+        if self.tree:
+            return ("SelfComposed(SingleEpochTreeAggregation(noise_multiplier, P), epochs) with P = "
+                    "gradient_evaluations / epochs cyclic batches, replace-one (REPLACE_SPECIAL); training and score "
+                    "in parallel (disjoint data)")
+        if self.bands:
+            return (f"Gaussian(noise_multiplier / (sqrt(epochs) * column norm of the {self.bands}-banded strategy)), "
+                    f"sensitivity 2 (replace-one), cyclic batches, no amplification; training and score in parallel "
+                    f"(disjoint data)")
         relation = ("" if self.neighbouring == "add-remove" else
                     ", replace-one by the weak triangle inequality of the add/remove curve")
         return ("SelfComposed(PoissonSampled(sample_rate, Gaussian(noise_multiplier)), gradient_evaluations)"

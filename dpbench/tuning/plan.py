@@ -17,6 +17,7 @@ from dpbench.choices import K_DISTRIBUTIONS, SEARCH_SAMPLERS, TUNING_MODES
 from dpbench.data import rows
 from dpbench.errors import UsageError
 from dpbench.method import Method, ReleaseMethod
+from dpbench.privacy import correlated
 from dpbench.privacy.accounting import NEIGHBOURING
 from dpbench.release.runner import resolve_hyperparameters as release_hyperparameters
 from dpbench.run import engine
@@ -92,6 +93,24 @@ def _planned_releases(method: type[Method], hp: dict[str, Any], n: int) -> tuple
     return batch_size / n, hp["epochs"] * steps_per_epoch * method.releases_per_step
 
 
+def _fixed_correlation(method: type[Method], hp: dict[str, Any], space: dict[str, Any]):
+    """The noise correlation every trial runs (``Method.correlation`` at the method's hyperparameters, None for
+    independent noise): UsageError where a value of the search space, each searched hyperparameter at each end of its
+    range or at each of its choices, gives another (each trial would run its own mechanism; the total charges one)."""
+    correlation = method.correlation(hp)
+    for name, entry in space.items():
+        for value in entry["choices"] if entry.get("type") == "categorical" else (entry["low"], entry["high"]):
+            try:
+                other = method.correlation({**hp, name: value})
+            except (ValueError, TypeError) as error:
+                raise UsageError(f"{method.name}: {name}={value!r} gives no noise correlation ({error})") from None
+            if other != correlation:
+                raise UsageError(f"{name} cannot be searched in a private mode: at {name}={value!r} {method.name}'s "
+                                 f"noise correlation is {other!r}, not {correlation!r}, and every trial must run "
+                                 f"the mechanism the tuning charges; set it with --set {name}=...")
+    return correlation
+
+
 def plan(spec: TuneSpec, calibrate: bool = True) -> Plan:
     """Check the request and fix the per-trial mechanism and the validation split (before any trial runs).
 
@@ -140,11 +159,12 @@ def plan(spec: TuneSpec, calibrate: bool = True) -> Plan:
         raise UsageError(f"{method.name} declares no search space; pass --search-space FILE")
     hp, options = (release_hyperparameters(method, task_class, spec.overrides) if output_trials else
                    resolve_hyperparameters(method, task_class, spec.overrides))
-    if (not output_trials and method.private and spec.mode != "oracle"
-            and getattr(method, "correlation", lambda hp: None)(hp) is not None):
-        raise UsageError(f"{method.name} adds correlated noise (banded or tree), which private tuning does not "
-                         f"charge (its trial mechanism is Poisson-subsampled independent noise): only --mode oracle "
-                         f"can tune it")
+    correlation = None
+    if not output_trials and method.private and spec.mode != "oracle":
+        correlation = _fixed_correlation(method, hp, space)
+        if correlation is not None and spec.neighbouring != "replace-one":
+            raise UsageError(f"{method.name} adds correlated noise on the cyclic sampler's fixed batches, accounted "
+                             f"under replace-one neighbours only: pass --neighbouring replace-one")
     fixed = set(MECHANISM_KEYS) if spec.mode != "oracle" and not output_trials else set()
     if method.clip_to_task_bound:
         fixed.add("clip")
@@ -187,6 +207,15 @@ def plan(spec: TuneSpec, calibrate: bool = True) -> Plan:
     if output_trials:  # one Gaussian output mechanism per classifier (one-vs-all)
         classes = getattr(task, "classes", 2)
         mechanism = TrialMechanism(1.0, 1.0, 1 if classes == 2 else classes, spec.neighbouring, "output")
+    elif correlation is not None:  # the cyclic sampler's partition of the training part, as engine.plan draws it
+        batches = n_train // hp["batch_size"]
+        try:
+            correlated.check_sampler(getattr(correlation, "bands", 1), batches)
+        except ValueError as error:
+            raise UsageError(f"{method.name}: {error}") from None
+        bands, tree = engine.correlated_fields(correlation)
+        mechanism = TrialMechanism(hp["batch_size"] / n_train, 1.0, hp["epochs"] * batches, spec.neighbouring,
+                                   sampler=correlated.SAMPLER, releases_per_epoch=batches, bands=bands, tree=tree)
     else:
         sample_rate, releases = _planned_releases(method, hp, n_train)
         mechanism = TrialMechanism(sample_rate, 1.0, releases, spec.neighbouring)

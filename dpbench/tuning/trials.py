@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 
 from dpbench.errors import UsageError
-from dpbench.privacy import streams
+from dpbench.privacy import correlated, streams
 from dpbench.run import engine, multiseed
 from dpbench.spec import RunSpec
 from dpbench.tuning import search
@@ -57,8 +57,8 @@ def _sampler(plan_: Plan, secret: int, trial_number: int) -> optuna.samplers.Bas
 def _trial_run_spec(plan_: Plan, params: dict[str, Any], number: int, secret: int) -> RunSpec:
     """Trial ``number``'s run: its seed from the ``tuning-trial`` stream of the study's secret, its score noise from
     its ``score-noise`` stream, both at ``number``; in the private modes Poisson sampling (what the per-trial event
-    assumes, whatever the method's default sampler) at the planned σ (a count release's pair combined, as the
-    trial's Gaussian charges it), on the split of the study's public split seed."""
+    assumes, whatever the method's default sampler; the cyclic sampler for correlated noise) at the planned σ (a
+    count release's pair combined, as the trial's Gaussian charges it), on the split of the study's public split seed."""
     spec = plan_.spec
     common = dict(method=spec.method, task=spec.task, delta=plan_.delta,
                   seed=streams.child_seed(secret, "tuning-trial", number),
@@ -71,8 +71,9 @@ def _trial_run_spec(plan_: Plan, params: dict[str, Any], number: int, secret: in
     if plan_.trial.kind == "output":
         return RunSpec(noise_multiplier=plan_.trial.noise_multiplier, neighbouring="replace-one",
                        validation=validation, **common)
-    return RunSpec(noise_multiplier=plan_.trial.noise_multiplier, noise_is_combined=True, sampler="poisson",
-                   neighbouring=spec.neighbouring, validation=validation, **common)
+    return RunSpec(noise_multiplier=plan_.trial.noise_multiplier, noise_is_combined=True, sampler=plan_.trial.sampler,
+                   accountant="rdp" if plan_.trial.tree else "pld", neighbouring=spec.neighbouring,
+                   validation=validation, **common)
 
 
 def _check_trial(plan_: Plan, number: int, record: dict[str, Any]) -> None:
@@ -88,8 +89,12 @@ def _check_trial(plan_: Plan, number: int, record: dict[str, Any]) -> None:
         if not trial.noise_multiplier <= charged <= trial.noise_multiplier * (1 + 1e-12):
             raise RuntimeError(f"trial {number} ran at noise multiplier {charged!r} (gradient and extra releases "
                                f"combined); the tuning charges {trial.noise_multiplier!r}")
-        ran = (record["sampler"], record["sample_rate"], record["gradient_evaluations"], record["neighbouring"])
-        planned = ("poisson", trial.sample_rate, trial.releases, trial.neighbouring)
+        found = record.get("noise_correlation") or {}
+        ran = (record["sampler"], record["sample_rate"], record["gradient_evaluations"], record["neighbouring"],
+               found.get("kind"), found.get("bands"), found.get("min_separation", found.get("steps_per_tree")))
+        planned = (trial.sampler, trial.sample_rate, trial.releases, trial.neighbouring,
+                   "tree" if trial.tree else "banded" if trial.bands else None, trial.bands or None,
+                   trial.releases_per_epoch if trial.sampler == correlated.SAMPLER else None)
     if ran != planned:
         raise RuntimeError(f"trial {number} ran {ran}; the tuning charges {planned}")
 
