@@ -85,6 +85,15 @@ MUTANTS = [
            "finish charges (ulps above the calibrated one, where the PLD's ε can exceed the target)",
            "dpbench/run/engine.py", "        if not over_target(charged_epsilon(", "        if True or not over_target(charged_epsilon(",
            first="tests/test_adaptive_clipping.py::test_a_calibrated_pair_is_checked_at_the_multiplier_finish_charges"),
+    Mutant("stepped-combined-unrecorded", "calibration", "a pair stepped up past a non-monotone ε records the first "
+           "calibrated multiplier, not the one it was solved for (verify refuses the genuine record)",
+           "dpbench/run/engine.py", "                sigma, extra, combined = _meets_target(",
+           "                sigma, extra, _ = _meets_target(",
+           first="tests/test_adaptive_clipping.py::test_a_calibrated_pair_is_checked_at_the_multiplier_finish_charges"),
+    Mutant("trial-pair-unchecked", "tuning", "a tuning trial's (σ, σ_b) that combine below the trial's multiplier run",
+           "dpbench/run/engine.py", "                if spec.noise_is_combined and combined < spec.noise_multiplier:",
+           "                if False:",
+           first="tests/test_adaptive_clipping.py::test_a_tuning_trials_pair_below_its_multiplier_is_refused_before_training"),
     Mutant("calibration-trusts-guess", "calibration", "σ is the central limit theorem's guess, not the PLD's answer "
            "(the guess is below it at small ε)", "dpbench/privacy/accounting.py",
            "    fine = lambda s: _make_accountant(accountant, neighbouring).compose(releases_with(s)).get_epsilon(delta)\n",

@@ -25,7 +25,7 @@ from dpbench.privacy.sampling import IndexedTensors, PoissonSampler
 from dpbench.run import engine, multiseed
 from dpbench.run.training import COUNT_GRID, PrivateTraining
 from dpbench.spec import RunSpec, resolve_hyperparameters
-from dpbench.trust import record_checks, verify
+from dpbench.trust import plan_checks, record_checks, verify
 from tests.test_transcriptions import T, TinyLinear, as_matrix, assert_close
 
 METHODS = registry.methods([])
@@ -447,7 +447,22 @@ def test_a_calibrated_pair_is_checked_at_the_multiplier_finish_charges(mirror, o
     releases = planned.hp["epochs"] * planned.steps_per_epoch * planned.method.releases_per_step
     spent = planned.releases_charged(releases).epsilon(planned.delta, spec.accountant)
     assert spent <= 0.1 * (1 + 1e-9), spent  # what finish refuses above
-    assert planned.record["combined_noise_multiplier"] <= 81.76374109330388 * (1 + 1e-4) ** 2  # one step, not more
+    combined = planned.record["combined_noise_multiplier"]
+    assert 81.76374109330388 < combined <= 81.76374109330388 * (1 + 1e-4) ** 2  # stepped, once or twice
+    # the recorded multiplier is the pair's (review: it kept the first z, and verify refused the record)
+    assert combined == pytest.approx(engine.charged_noise_multiplier(planned.record), rel=1e-12)
+    assert plan_checks._charged_sigma(planned.record) == pytest.approx(combined, rel=1e-12)
+
+
+def test_a_tuning_trials_pair_below_its_multiplier_is_refused_before_training(monkeypatch):
+    """Review: a plugin's σ_b that is not a pure function could make the pair solved for a trial's z combine below z;
+    plan refuses it before any step (the gradient at z with the count on top, here)."""
+    spec = RunSpec(method="quantile_clip", task="digits", noise_multiplier=2.0, noise_is_combined=True,
+                   overrides={"epochs": 1}, progress_bar=False, no_wandb=True, append_to_store=False)
+    assert engine.charged_noise_multiplier(engine.plan(spec, calibrate=False).record) >= 2.0
+    monkeypatch.setattr(engine, "_count_calibrated", lambda z, count_extra: (z, count_extra(z)))
+    with pytest.raises(UsageError, match="below the noise multiplier 2.0 they were solved for"):
+        engine.plan(spec, calibrate=False)
 
 
 def test_meets_target_steps_up_past_a_non_monotone_epsilon():
@@ -459,10 +474,11 @@ def test_meets_target_steps_up_past_a_non_monotone_epsilon():
         seen.append(z)
         return 1.0 + 1e-8 if z < 2.0 * (1 + 1e-4) else 0.99
 
-    assert engine._meets_target(2.0, None, 1.0, charged) == (pytest.approx(2.0 * (1 + 1e-4), rel=1e-15), ())
+    stepped = pytest.approx(2.0 * (1 + 1e-4), rel=1e-15)
+    assert engine._meets_target(2.0, None, 1.0, charged) == (stepped, (), stepped)
     assert len(seen) == 2
-    sigma, extra = engine._meets_target(2.0, lambda s: ((0.5, 5 * s),), 1.0, charged)
-    assert accounting.combined_noise_multiplier(sigma, extra) >= 2.0 * (1 + 1e-4)
+    sigma, extra, combined = engine._meets_target(2.0, lambda s: ((0.5, 5 * s),), 1.0, charged)
+    assert combined == stepped and combined <= accounting.combined_noise_multiplier(sigma, extra) <= combined * (1 + 1e-12)
     with pytest.raises(ValueError, match="within 8 steps"):
         engine._meets_target(2.0, None, 1.0, lambda z: 1.1)
 

@@ -59,9 +59,9 @@ table.summary td.eps { white-space: nowrap; }
 """
 
 
-def _cell_html(cell: Cell, mark: str | None, cost: str = "", text: str | None = None) -> str:
-    """A cell: its value (or ``text``), marks, its number of seeds, and in its tooltip the interval and the privacy
-    ``cost``. Its run ids are in the runs file (:func:`runs_json`)."""
+def _cell_html(cell: Cell, mark: str | None, cost: str = "", text: str | None = None, note: str = "") -> str:
+    """A cell: its value (or ``text``), marks, the marks of the grid's notes on it (``note``), its number of seeds,
+    and in its tooltip the interval and the privacy ``cost``. Its run ids are in the runs file (:func:`runs_json`)."""
     interval = cell.ci95
     title = "; ".join(part for part in [f"95% interval [{interval[0]:.4f}, {interval[1]:.4f}], sd {cell.std:.4f}"
                                         if interval else "one seed", cost] if part)
@@ -70,6 +70,7 @@ def _cell_html(cell: Cell, mark: str | None, cost: str = "", text: str | None = 
     trivial = cell.not_above_trivial
     classes = " ".join(["value", *([mark] if mark and not trivial else []), *(["trivial"] if trivial else [])])
     return (f'<td class="{classes}" title="{html.escape(title)}">{html.escape(text or value_text(cell, mark))}'
+            + (f'<sup class="note">{html.escape(note)}</sup>' if note else "")
             + (f"<small>{TRIVIAL}</small>" if trivial else "")
             + f'<small class="n">n = {cell.n_seeds}</small></td>')
 
@@ -86,7 +87,7 @@ def _track_table(table: Table, track: str, comparisons: Comparisons, labels: dic
             label += ' <span class="plugin">external plugin</span>'
         cells = "".join(_cell_html(table.cells[row, c], marks[c].get(row),
                                    reference.cost_text(reference.privacy_cost(table, table.cells[row, c]))
-                                   if c.kind != "non-private" else "")
+                                   if c.kind != "non-private" else "", note=table.cell_notes.get((row, c), ""))
                         if (row, c) in table.cells else "<td></td>" for c in columns)
         body.append(f'<tr class="measured" data-track="{html.escape(track)}" data-method="{html.escape(row.method)}">'
                     f"<td>{label}</td><td>{html.escape(row.sampler)}</td>"
@@ -213,6 +214,8 @@ def to_html(tables: list[Table], unmatched: list[PublishedResult], methods: dict
         parts += [f'<p class="explain">Data: {html.escape(note)}</p>' for note in table.data_notes]
         parts += [_track_table(table, track, comparisons[index], labels[index])
                   for track in reference.tracks(table)]
+        parts += [f'<p class="explain"><sup class="note">{html.escape(mark)}</sup> {html.escape(text)}</p>'
+                  for mark, text in table.notes]
         if table.published:
             parts.append(_published_table(table))
             parts.append('<ul class="notes">' + "".join(f"<li>{html.escape(note)}</li>"

@@ -55,13 +55,16 @@ def render_page(records: list[dict[str, Any]], task: str | None, page_name: str,
 
 
 def _tables(records: list[dict[str, Any]], grid_path: str | None = None):
-    """The tables of ``records``, with the infeasible cells the grid at ``grid_path`` declares (if given)."""
-    from dpbench.board import infeasible
+    """The tables of ``records``, with the infeasible cells and the notes of the grid at ``grid_path`` (if given)."""
+    from dpbench.board import infeasible, notes
     from dpbench.trust.audit import audit_status
 
     runs = [record for record in records if record.get("kind", "run") == "run"]
     tables = build_tables(runs, audits=audit_status(records))
-    return infeasible.declare(tables, infeasible.from_grid_file(Path(grid_path))) if grid_path else tables
+    if not grid_path:
+        return tables
+    return notes.annotate(infeasible.declare(tables, infeasible.from_grid_file(Path(grid_path))),
+                          notes.from_grid_file(Path(grid_path)))
 
 
 def grid_beside(records_path: str | None, grid_path: str | None = None) -> str | None:

@@ -33,6 +33,7 @@ How runs are grouped, so that no cell mixes runs that are not comparable:
 * The converged non-private references (:mod:`dpbench.tuning.reference`, tuning mode ``reference``) are no track:
   they are held apart (``Table.references``), in every table of their task, data id and metric, never ranked; what
   the board shows of them is :mod:`dpbench.board.reference`.
+* The grid's notes (:mod:`dpbench.board.notes`) mark the cells they name, a disclosure beside the value.
 * A private (task, ε) column the grid declares infeasible (:mod:`dpbench.board.infeasible`: nothing is expected to
   learn there) is listed in ``Table.infeasible``, for the renderers to draw as "infeasible (declared)".
 """
@@ -240,6 +241,10 @@ class Table:
     references: dict[Row, Cell] = field(default_factory=dict)  # the task's converged non-private references
     #: the private ε columns the grid declares infeasible (:mod:`dpbench.board.infeasible`; set by its ``declare``)
     infeasible: frozenset[float] = field(default_factory=frozenset)
+    #: the grid's notes (:mod:`dpbench.board.notes`; set by its ``annotate``): each noted cell's marks, and the
+    #: (mark, text) of the notes this table shows
+    cell_notes: dict[tuple[Row, Column], str] = field(default_factory=dict)
+    notes: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def direction(self) -> str | None:

@@ -9,7 +9,8 @@ A grid is a JSON file::
 ``tracks`` (default ``["none"]``), ``trials`` (default 16), ``neighbouring`` (default: each method's own),
 ``reference`` (default false: each task's converged non-private reference, :mod:`dpbench.tuning.reference`, one
 record per task) and ``infeasible`` (the (task, ε) cells declared infeasible, :mod:`dpbench.board.infeasible`: the
-sweep runs them all the same, so that the board can test the declaration) are optional. ``seeds`` is a count for
+sweep runs them all the same, so that the board can test the declaration) and ``notes`` (disclosures the board prints
+beside the cells they name, :mod:`dpbench.board.notes`) are optional. ``seeds`` is a count for
 every task or a mapping of task to count with an optional ``"default"`` for the tasks it does not name (``{"default":
 5, "breast_cancer": 10}``: a task whose cells' intervals are wide gets more seeds; seeds 0, 1, ... run). The tracks,
 every method treated alike:
@@ -52,7 +53,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from dpbench import registry
 from dpbench import threads as dpbench_threads
 from dpbench.choices import REFERENCE_MODE
-from dpbench.board import infeasible
+from dpbench.board import infeasible, notes
 from dpbench.data import stages
 from dpbench.errors import TuningError, UsageError
 from dpbench.method import ReleaseMethod
@@ -65,7 +66,8 @@ from dpbench.spec import RunSpec
 from dpbench.tuning import claims, reference, released, tune, validation
 
 TRACKS = ("none", "validation", "random-stopping")
-GRID_KEYS = {"tasks", "methods", "epsilons", "seeds", "tracks", "trials", "neighbouring", "reference", "infeasible"}
+GRID_KEYS = {"tasks", "methods", "epsilons", "seeds", "tracks", "trials", "neighbouring", "reference", "infeasible",
+             "notes"}
 DEFAULTS = {"tracks": ["none"], "trials": 16, "neighbouring": None, "reference": False}
 
 
@@ -144,6 +146,7 @@ def load_grid(path: str) -> dict[str, Any]:
         if uncounted := [task for task in grid["tasks"] if seeds_for(grid, task) is None]:
             raise UsageError(f"grid {path}: seeds gives no count for {', '.join(uncounted)} (and no \"default\")")
     infeasible.parse(grid.get("infeasible"), grid["tasks"], grid["epsilons"], f"grid {path}")
+    notes.parse(grid.get("notes"), f"grid {path}")
     return grid
 
 

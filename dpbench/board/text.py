@@ -18,7 +18,7 @@ CSV_COLUMNS = ["task", "data_id", "method", "epsilon", "epsilon_kind", "delta", 
                "code_sha256", "metric", "direction",
                "mean", "std", "se", "ci95_low", "ci95_high", "n_seeds", "leader", "p_below_best_holm",
                "not_above_trivial", "p_above_trivial", "majority_rate", "privacy_cost", "privacy_cost_low",
-               "privacy_cost_high", "run_ids"]
+               "privacy_cost_high", "notes", "run_ids"]
 TRIVIAL = "not above trivial"
 LEGEND = ("Cells: mean over seeds [95% interval], n = number of seeds; accuracies' intervals are Student's t on the "
           "empirical-logit scale, mapped back (inside [0, 1]). Within each track and column, the best cell is "
@@ -112,12 +112,13 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _md_cell(cell: Cell | None, mark: str | None) -> str:
+def _md_cell(cell: Cell | None, mark: str | None, note: str = "") -> str:
+    """A cell's text; ``note``: the marks of the grid's notes on it (:mod:`dpbench.board.notes`)."""
     if cell is None:
         return ""
     if cell.not_above_trivial:
-        return f"*{value_text(cell)} (n = {cell.n_seeds}, {TRIVIAL})*"
-    return f"{value_text(cell, mark)} (n = {cell.n_seeds})"
+        return f"*{value_text(cell)}{note} (n = {cell.n_seeds}, {TRIVIAL})*"
+    return f"{value_text(cell, mark)}{note} (n = {cell.n_seeds})"
 
 
 def to_markdown(tables: list[Table], unmatched: list[PublishedResult]) -> str:
@@ -139,7 +140,8 @@ def to_markdown(tables: list[Table], unmatched: list[PublishedResult]) -> str:
             lines.append("| --- " * (3 + len(columns)) + "|")
             marks = {column: comparisons.get((track, column), ({}, {}))[0] for column in columns}
             for row in table.rows(track):
-                cells = [_md_cell(table.cells.get((row, column)), marks[column].get(row)) for column in columns]
+                cells = [_md_cell(table.cells.get((row, column)), marks[column].get(row),
+                                  table.cell_notes.get((row, column), "")) for column in columns]
                 label = reference.row_label(table, row, labels[row])
                 lines.append("| " + " | ".join(_md_escape(text) for text in
                                                [label, row.sampler, row.accountant or "—", *cells]) + " |")
@@ -152,6 +154,7 @@ def to_markdown(tables: list[Table], unmatched: list[PublishedResult]) -> str:
                 lines.append("| " + " | ".join(_md_escape(text) for text in
                                                [reference.LABEL, found[0].sampler, "—", *cells]) + " |")
             lines.append("")
+        lines += [f"{mark} {text}" for mark, text in table.notes] + ([""] if table.notes else [])
         if table.published:
             lines.append("| published | | | " + " | ".join(table.column_label(c) for c in columns) + " |")
             lines.append("| --- " * (3 + len(columns)) + "|")
@@ -220,6 +223,7 @@ def _csv_line(table: Table, row: Row, column: Column, cell: Cell, marks: dict[Ro
         "privacy_cost": "" if cost is None else repr(cost[0]),
         "privacy_cost_low": "" if cost_interval is None else repr(cost_interval[0]),
         "privacy_cost_high": "" if cost_interval is None else repr(cost_interval[1]),
+        "notes": " ".join(text for mark, text in table.notes if mark in table.cell_notes.get((row, column), "")),
         "run_ids": " ".join(cell.run_ids),
     }
 

@@ -65,8 +65,9 @@ def _count_calibrated(combined: float, count_extra) -> tuple[float, tuple[tuple[
             break
         sigma = new
     for _ in range(64):
-        if combined_noise_multiplier(sigma, count_extra(sigma)) >= combined:
-            return sigma, count_extra(sigma)
+        extra = count_extra(sigma)  # once: the pair checked is the pair returned
+        if combined_noise_multiplier(sigma, extra) >= combined:
+            return sigma, extra
         sigma = math.nextafter(sigma, math.inf)
     raise UsageError(f"the count release's noise rule has no fixed point near the noise multiplier {combined:.6g}: "
                      f"its σ_b must not jump with the gradient's σ")
@@ -78,17 +79,18 @@ def over_target(spent: float, target: float) -> bool:
 
 
 def _meets_target(combined: float, count_extra, target: float, charged_epsilon: Callable[[float], float],
-                  tries: int = 8) -> tuple[float, tuple[tuple[float, float], ...]]:
-    """The gradient's σ and count release (``()`` where ``count_extra`` is None) for the calibrated noise multiplier
-    ``combined``, checked with the computation :func:`finish` charges: ``charged_epsilon`` of the pair's combined
-    multiplier not :func:`over_target`. Where it is, ``combined`` rises by steps of 1e-4 relative. The pair combines
+                  tries: int = 8) -> tuple[float, tuple[tuple[float, float], ...], float]:
+    """The gradient's σ, the count release (``()`` where ``count_extra`` is None) and the noise multiplier they were
+    solved for (the record's ``combined_noise_multiplier``): from the calibrated ``combined``, checked with the
+    computation :func:`finish` charges, ``charged_epsilon`` of the pair's combined multiplier not
+    :func:`over_target`. Where it is, ``combined`` rises by steps of 1e-4 relative. The pair combines
     to ``combined`` plus some ulps, and the PLD's ε is not monotone at that scale: quantile_clip on adult, ε = 0.1,
     80 epochs of batches of 256 (z = 81.76374109330388) spends 0.09999996 at z and 0.10000001 one ulp above, a run
     :func:`finish` refused after training. ValueError if ``tries`` steps do not meet the target."""
     for _ in range(tries):
         sigma, extra = _count_calibrated(combined, count_extra) if count_extra else (combined, ())
         if not over_target(charged_epsilon(combined_noise_multiplier(sigma, extra) if extra else sigma), target):
-            return sigma, extra
+            return sigma, extra, combined
         combined *= 1 + 1e-4
     raise ValueError(f"no noise multiplier within {tries} steps of 1e-4 above the calibrated one meets ε = {target:g}")
 
@@ -336,6 +338,9 @@ def plan(spec: RunSpec, calibrate: bool = True,
                 if spec.noise_is_combined and extra:
                     sigma, extra = _count_calibrated(spec.noise_multiplier, count_extra)
                 combined = combined_noise_multiplier(sigma, extra) if extra else sigma
+                if spec.noise_is_combined and combined < spec.noise_multiplier:  # the trial's Gaussian, at least
+                    raise ValueError(f"the gradient and count noise combine to {combined!r}, below the noise "
+                                     f"multiplier {spec.noise_multiplier!r} they were solved for")
                 if calibrate:  # the ε the run will report, now rather than after training (the same, cached)
                     GaussianReleases(sample_rate, combined, planned_releases, sampler_name, steps_per_epoch * per_step,
                                      data_releases, neighbouring, bands, tree).epsilon(delta, spec.accountant)
@@ -349,7 +354,7 @@ def plan(spec: RunSpec, calibrate: bool = True,
                 combined = calibrate_noise_multiplier(target_epsilon, delta, sample_rate, planned_releases,
                                                       spec.accountant, sampler_name, steps_per_epoch * per_step,
                                                       data_releases, neighbouring, bands, tree)
-                sigma, extra = _meets_target(
+                sigma, extra, combined = _meets_target(
                     combined, count_extra if extra else None, target_epsilon,
                     lambda z: GaussianReleases(sample_rate, z, planned_releases, sampler_name,
                                                steps_per_epoch * per_step, data_releases, neighbouring, bands,

@@ -1,0 +1,107 @@
+"""Notes on cells, declared in the grid: what a reader must know beside a cell's value that its records do not say.
+
+A grid (:mod:`dpbench.board.sweep`) may say::
+
+    "notes": [{"mark": "†", "text": "studies created again with new secrets after ... (leaderboards/README.md)",
+               "cells": [{"track": "random-stopping", "task": "digits", "method": "output_perturbation",
+                          "epsilons": [0.1, 0.5]}]}]
+
+Each note's mark follows the value of every cell it names (markdown, HTML, and the CSV's ``notes`` column, which
+holds the text), and its text is printed under each table that holds one of them. A note is a disclosure, not an
+exception: it changes no statistic, leader or check. Records are sealed when they are made, so what happened to a
+cell afterwards (the committed board's 25 random-stopping cells whose studies were created again,
+``leaderboards/rebuild/recreated.txt``) can only be said here. A note naming a cell the board does not have is
+refused when the board is drawn: it would be a disclosure that shows nowhere.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpbench.board.model import Column, Row, Table
+from dpbench.choices import TUNING_MODES
+from dpbench.errors import UsageError
+
+NOTE_KEYS, CELL_KEYS = {"mark", "text", "cells"}, {"track", "task", "method", "epsilons"}
+TRACKS = (*TUNING_MODES, "validation", "none")
+
+
+@dataclass(frozen=True)
+class Note:
+    mark: str
+    text: str
+    cells: tuple[tuple[str, str, str, float], ...]  # (track, task, method, ε)
+
+    def names(self, table: Table, row: Row, column: Column) -> bool:
+        return column.kind != "non-private" and any(
+            (track, task, method) == (row.tuning, table.task, row.method) and math.isclose(column.epsilon, epsilon,
+                                                                                           rel_tol=1e-9)
+            for track, task, method, epsilon in self.cells)
+
+
+def _short(value: Any) -> str:
+    return json.dumps(value, default=str)[:80]
+
+
+def parse(value: Any, where: str = "grid") -> tuple[Note, ...]:
+    """The notes of a grid's ``notes`` value (None: none); UsageError naming what is wrong."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value:
+        raise UsageError(f"{where}: notes must be a non-empty list of {{mark, text, cells}}, got {_short(value)}")
+    notes = []
+    for entry in value:
+        if not isinstance(entry, dict) or set(entry) != NOTE_KEYS:
+            raise UsageError(f"{where}: each note takes exactly mark, text and cells, got {_short(entry)}")
+        mark, text, cells = entry["mark"], entry["text"], entry["cells"]
+        if not (isinstance(mark, str) and 0 < len(mark) <= 3 and isinstance(text, str) and text.strip()):
+            raise UsageError(f"{where}: a note's mark is 1 to 3 characters and its text is not empty: {_short(entry)}")
+        if not isinstance(cells, list) or not cells or not all(
+                isinstance(cell, dict) and set(cell) == CELL_KEYS and cell["track"] in TRACKS
+                and all(isinstance(cell[key], str) for key in ("task", "method"))
+                and isinstance(cell["epsilons"], list) and cell["epsilons"]
+                and all(isinstance(e, (int, float)) and not isinstance(e, bool) and 0 < e < math.inf
+                        for e in cell["epsilons"]) for cell in cells):
+            raise UsageError(f"{where}: note {mark!r}: cells must be a non-empty list of {{track ({', '.join(TRACKS)}), "
+                             f"task, method, epsilons (positive numbers)}}, got {_short(cells)}")
+        notes.append(Note(mark, text.strip(), tuple((cell["track"], cell["task"], cell["method"], float(e))
+                                                    for cell in cells for e in cell["epsilons"])))
+    if len({note.mark for note in notes}) != len(notes):
+        raise UsageError(f"{where}: two notes share a mark")
+    return tuple(notes)
+
+
+def from_grid_file(path: Path) -> tuple[Note, ...]:
+    try:
+        grid = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise UsageError(f"cannot read grid {path}: {error}") from None
+    return parse(grid.get("notes") if isinstance(grid, dict) else None, f"grid {path}")
+
+
+def annotate(tables: list[Table], notes: tuple[Note, ...]) -> list[Table]:
+    """Set each table's ``cell_notes`` (the marks of each noted cell) and ``notes`` (mark, text) it shows; UsageError
+    for a note's cell on none of the tables (a task, method, track or ε the records do not have)."""
+    shown: set[tuple[str, str, str, float]] = set()
+    for table in tables:
+        marks: dict[tuple[Row, Column], str] = {}
+        used: list[Note] = []
+        for (row, column) in table.cells:
+            for note in notes:
+                if note.names(table, row, column):
+                    marks[row, column] = marks.get((row, column), "") + note.mark
+                    used += [note] if note not in used else []
+                    shown.update(cell for cell in note.cells if cell[:3] == (row.tuning, table.task, row.method)
+                                 and math.isclose(cell[3], column.epsilon, rel_tol=1e-9))
+        table.cell_notes, table.notes = marks, [(note.mark, note.text) for note in used]
+    missing = [cell for note in notes for cell in note.cells if cell not in shown]
+    tasks = {table.task for table in tables}
+    missing = [cell for cell in missing if cell[1] in tasks]  # a board of other tasks (--task) shows none of them
+    if missing:
+        track, task, method, epsilon = missing[0]
+        raise UsageError(f"the grid's notes name {len(missing)} cell(s) the board does not have, e.g. {method} on "
+                         f"{task}, {track}, ε = {epsilon:g}")
+    return tables
