@@ -94,6 +94,24 @@ MUTANTS = [
            "dpbench/run/engine.py", "                if spec.noise_is_combined and combined < spec.noise_multiplier:",
            "                if False:",
            first="tests/test_adaptive_clipping.py::test_a_tuning_trials_pair_below_its_multiplier_is_refused_before_training"),
+    Mutant("fractional-epochs-verified", "verify", "verify takes a fractional epochs (a banded run charged √1.5 "
+           "participations for 2)", "dpbench/trust/plan_checks.py",
+           "        if isinstance(value, bool) or not isinstance(value, int) or value < 1:", "        if False:",
+           first="tests/test_correlated.py::test_a_bandmf_record_is_charged_and_verify_recomputes_it"),
+    Mutant("split-label-unchecked", "verify", "any non-integer split seed makes verify check n_train loosely",
+           "dpbench/trust/plan_checks.py",
+           "        if seed != \"secret\" and (not isinstance(seed, int) or isinstance(seed, bool)):",
+           "        if False:",
+           first="tests/test_verify.py::test_a_tuned_records_split_is_public_or_secret_as_its_seed_says"),
+    Mutant("correlated-without-philox", "correlated noise", "a correlated run starts without the counter-based "
+           "sampler (trains in full, then is refused)", "dpbench/run/refusals.py",
+           '"fall back to PyTorch\'s generator and be refused at its end)": noise.fill_normal is None}',
+           '"fall back to PyTorch\'s generator and be refused at its end)": False}',
+           first="tests/test_correlated.py::test_correlated_noise_without_the_fast_sampler_is_refused_before_training"),
+    Mutant("failed-trials-printed", "tuning", "random stopping prints a line per failed trial (a lower bound on K)",
+           "dpbench/tuning/trials.py", "        if plan_.spec.mode != \"random-stopping\":  # there K is hidden",
+           "        if True:  # there K is hidden",
+           first="tests/test_tuning.py::test_a_count_methods_trials_draw_the_combined_noise_the_tuning_charges"),
     Mutant("calibration-trusts-guess", "calibration", "σ is the central limit theorem's guess, not the PLD's answer "
            "(the guess is below it at small ε)", "dpbench/privacy/accounting.py",
            "    fine = lambda s: _make_accountant(accountant, neighbouring).compose(releases_with(s)).get_epsilon(delta)\n",
@@ -847,8 +865,8 @@ MUTANTS = [
            "    if False:\n        raise Mismatch(f\"the reference's",
            first="tests/test_reference.py::test_verify_checks_a_references_selection_and_reruns_its_solve"),
     Mutant("correlated-torch-noise", "correlated noise", "correlated noise accepted from PyTorch's generator, whose "
-           "draws the run's end cannot count", "dpbench/run/refusals.py", 'f"and on resume)": spec.noise != "fast"}',
-           'f"and on resume)": False}', first="tests/test_correlated.py::test_refusals"),
+           "draws the run's end cannot count", "dpbench/run/refusals.py", 'f"and on resume)": spec.noise != "fast",',
+           'f"and on resume)": False,', first="tests/test_correlated.py::test_refusals"),
     Mutant("correlated-uncheckable-passes", "correlated noise", "the end of a correlated run passes when the noise "
            "stream has no counter", "dpbench/run/training.py",
            '        if "counter" not in state:  # PyTorch\'s generator', '        if False:  # PyTorch\'s generator',

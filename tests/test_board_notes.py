@@ -22,7 +22,7 @@ NOTE = {"mark": "†", "text": TEXT, "cells": [{"track": "none", "task": "digits
 def grid_file(tmp_path, noted):
     path = tmp_path / "grid.json"
     path.write_text(json.dumps({"tasks": ["digits"], "methods": sorted(CLEAN), "epsilons": [1, 2, 8], "seeds": 5,
-                                "notes": noted}))
+                                "tracks": ["none"], "notes": noted}))
     return str(path)
 
 
@@ -60,15 +60,20 @@ def test_a_note_wrong_in_one_respect_is_refused(bad, message):
         notes.parse(bad)
 
 
-@pytest.mark.parametrize("change", [{"method": "dpgd2"}, {"track": "validation"}, {"epsilons": [4]}])
-def test_a_note_on_a_cell_the_board_does_not_have_is_refused_in_one_line(capsys, tmp_path, change):
+@pytest.mark.parametrize("change", [{"method": "dpgd2"}, {"track": "validation"}, {"epsilons": [4]},
+                                    {"task": "adult"}])
+def test_a_note_on_a_cell_outside_its_grid_is_refused_in_one_line(capsys, tmp_path, change):
     board()
     grid = grid_file(tmp_path, [{**NOTE, "cells": [{**NOTE["cells"][0], **change}]}])
     assert main(["leaderboard", "--grid", grid]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("dpbench: error: the grid's notes name 1 cell(s) the board does not have") and "\n" not in err
-    other_task = grid_file(tmp_path, [{**NOTE, "cells": [{**NOTE["cells"][0], **change, "task": "adult"}]}])
-    assert main(["leaderboard", "--grid", other_task]) == 0  # a board without the task shows none of it
+    assert err.startswith("dpbench: error: grid ") and "notes name 1 cell(s) outside the grid" in err and "\n" not in err
+
+
+def test_a_board_without_the_noted_cell_draws_no_mark(tmp_path):
+    board({"dpgd": CLEAN["dpgd"]})  # dpsgd's cells are not run yet
+    noted = render(store.load(), "md", grid_path=grid_file(tmp_path, [NOTE]))
+    assert "†" not in noted and noted == render(store.load(), "md")
 
 
 def test_the_committed_grid_notes_the_recreated_cells():

@@ -267,6 +267,19 @@ def test_a_bandmf_record_is_charged_and_verify_recomputes_it(capsys, one_thread)
         lie = {**record, **change}
         lie["run_id"] = record_checks.content_id(lie)
         assert any(message in problem for problem in verify.check(lie)), (change, verify.check(lie))
+    # Review of 27 November: epochs 2.5 over 3 epochs' releases minus half an epoch: each example in 3 batches, but
+    # √2.5 participations charged, every other field consistent with that (ε recomputed for it).
+    P, forged = n // batch, 2.5
+    steps = int(forged * P)
+    part = {**found, "participations": forged, "sensitivity": math.sqrt(forged) * norm}
+    cheap = pld.PLDAccountant(dp_accounting.NeighboringRelation.REPLACE_ONE).compose(
+        dp_accounting.GaussianDpEvent(sigma / part["sensitivity"])).get_epsilon(record["delta"])
+    assert cheap < record["epsilon"] * 0.95 and -(-steps // P) == 3
+    lie = {**record, "hyperparameters": {**record["hyperparameters"], "epochs": forged},
+           "overrides": {**record["overrides"], "epochs": forged}, "steps": steps, "gradient_evaluations": steps,
+           "noise_correlation": part, "epsilon": cheap}
+    lie["run_id"] = record_checks.content_id(lie)
+    assert any("hyperparameters.epochs is 2.5, not a whole number" in p for p in verify.check(lie)), verify.check(lie)
     # a plugin's record (verify does not load it) is charged from its own noise_correlation, checked likewise
     plugin = as_plugin(record, "someone_elses_bandmf")
     plugin["run_id"] = record_checks.content_id(plugin)
@@ -363,6 +376,18 @@ def test_correlated_noise_with_adaptive_clipping_is_refused(tmp_path, refused, m
     (tmp_path / "adaptive.py").write_text(ADAPTIVE)
     message = refused("run", "--plugins", str(tmp_path), "--method", method, "--task", "digits")
     assert "declares banded noise (b = " in message and feature in message, message
+
+
+def test_correlated_noise_without_the_fast_sampler_is_refused_before_training(refused, monkeypatch):
+    """Review: without the compiled Philox sampler a correlated run trained in full and was refused at its end; a
+    tuning study spent its budget on trials that all failed."""
+    from dpbench.privacy import noise
+
+    monkeypatch.setattr(noise, "fill_normal", None)
+    for command in (["run"], ["tune", "--neighbouring", "replace-one"]):
+        for method in ("bandmf", "dpftrl"):
+            assert "fast Gaussian sampler not built" in refused(*command, "--method", method, "--task", "digits",
+                                                                "--epsilon", "1", "--no-wandb")
 
 
 def test_verify_refuses_a_cyclic_record_of_two_releases_per_step(capsys, one_thread):

@@ -389,7 +389,10 @@ def test_a_count_methods_trials_draw_the_combined_noise_the_tuning_charges(capsy
     monkeypatch.setattr(trials_module, "_trial_run_spec", gradient_at_z)
     assert main(["tune", "--method", "quantile_clip", "--task", "digits", "--epsilon", "1", *FAST,
                  "--study", "charged-less"]) != 0
-    assert "ran at noise multiplier" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "every trial" in err and "trial 0" not in err  # random stopping: no line per trial (each bounds K)
+    failed = optuna.load_study(study_name="charged-less", storage=default_storage()).get_trials()
+    assert failed and all("ran at noise multiplier" in t.user_attrs["error"] for t in failed)
 
 
 @pytest.mark.parametrize("method", ["bandmf", "dpftrl"])

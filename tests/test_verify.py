@@ -691,6 +691,20 @@ def test_a_tuned_count_method_is_charged_at_the_pair_it_drew(tmp_path, genuine):
     assert "is below tuning.noise_multiplier" in problem or "(tuning.noise_multiplier) is" in problem, problem
 
 
+@pytest.mark.parametrize("seed, problem", [
+    ("0", "split seed is '0': a whole number, or \"secret\""),
+    (None, "split seed is None"),
+    ("secret", "said to be secret, but its seed 0 is published"),
+])
+def test_a_tuned_records_split_is_public_or_secret_as_its_seed_says(tmp_path, genuine, seed, problem):
+    """Review of 27 November: any non-integer split seed made verify check n_train to ±6 sd only (a forged n_train
+    moves q, and a tree's depth)."""
+    record = genuine[0]["tuned random-stopping"]
+    assert record["seed"] == 0 and isinstance(record["tuning"]["validation"]["seed"], int)
+    found = problems_of(tmp_path, forged(record, **{"tuning.validation.seed": lambda _: seed}))
+    assert len(found) == 1 and problem in found[0], found
+
+
 def test_a_delta_of_at_least_one_over_n_fails_unless_the_record_says_it_was_forced(tmp_path, genuine):
     record = genuine[0]["rdp"]
     large = forged(record, delta=lambda _: 1 / record["n_train"])

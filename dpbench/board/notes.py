@@ -10,8 +10,9 @@ Each note's mark follows the value of every cell it names (markdown, HTML, and t
 holds the text), and its text is printed under each table that holds one of them. A note is a disclosure, not an
 exception: it changes no statistic, leader or check. Records are sealed when they are made, so what happened to a
 cell afterwards (the committed board's 25 random-stopping cells whose studies were created again,
-``leaderboards/rebuild/recreated.txt``) can only be said here. A note naming a cell the board does not have is
-refused when the board is drawn: it would be a disclosure that shows nowhere.
+``leaderboards/rebuild/recreated.txt``) can only be said here. A note must name cells of its grid (tasks, methods,
+ε and tracks; a typo would be a disclosure that shows nowhere); a board drawn before such a cell ran, or of other
+tasks, shows the note nowhere (tests/test_committed_board.py checks the committed board for every cell it names).
 """
 from __future__ import annotations
 
@@ -46,8 +47,9 @@ def _short(value: Any) -> str:
     return json.dumps(value, default=str)[:80]
 
 
-def parse(value: Any, where: str = "grid") -> tuple[Note, ...]:
-    """The notes of a grid's ``notes`` value (None: none); UsageError naming what is wrong."""
+def parse(value: Any, where: str = "grid", grid: dict[str, Any] | None = None) -> tuple[Note, ...]:
+    """The notes of a grid's ``notes`` value (None: none), their cells in ``grid`` (if given: its tasks, methods,
+    epsilons and tracks); UsageError naming what is wrong."""
     if value is None:
         return ()
     if not isinstance(value, list) or not value:
@@ -71,7 +73,21 @@ def parse(value: Any, where: str = "grid") -> tuple[Note, ...]:
                                                     for cell in cells for e in cell["epsilons"])))
     if len({note.mark for note in notes}) != len(notes):
         raise UsageError(f"{where}: two notes share a mark")
+    if grid is not None:
+        outside = [cell for note in notes for cell in note.cells if not _in_grid(cell, grid)]
+        if outside:
+            track, task, method, epsilon = outside[0]
+            raise UsageError(f"{where}: notes name {len(outside)} cell(s) outside the grid, e.g. {method} on {task}, "
+                             f"{track}, ε = {epsilon:g}")
     return tuple(notes)
+
+
+def _in_grid(cell: tuple[str, str, str, float], grid: dict[str, Any]) -> bool:
+    track, task, method, epsilon = cell
+    return (task in (grid.get("tasks") or ()) and method in (grid.get("methods") or ())
+            and track in (grid.get("tracks") or ["none"])
+            and any(isinstance(e, (int, float)) and math.isclose(epsilon, e, rel_tol=1e-9)
+                    for e in grid.get("epsilons") or ()))
 
 
 def from_grid_file(path: Path) -> tuple[Note, ...]:
@@ -79,13 +95,13 @@ def from_grid_file(path: Path) -> tuple[Note, ...]:
         grid = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as error:
         raise UsageError(f"cannot read grid {path}: {error}") from None
-    return parse(grid.get("notes") if isinstance(grid, dict) else None, f"grid {path}")
+    if not isinstance(grid, dict):
+        raise UsageError(f"grid {path}: not a JSON object")
+    return parse(grid.get("notes"), f"grid {path}", grid)
 
 
 def annotate(tables: list[Table], notes: tuple[Note, ...]) -> list[Table]:
-    """Set each table's ``cell_notes`` (the marks of each noted cell) and ``notes`` (mark, text) it shows; UsageError
-    for a note's cell on none of the tables (a task, method, track or ε the records do not have)."""
-    shown: set[tuple[str, str, str, float]] = set()
+    """Set each table's ``cell_notes`` (the marks of each noted cell) and ``notes`` (mark, text) it shows."""
     for table in tables:
         marks: dict[tuple[Row, Column], str] = {}
         used: list[Note] = []
@@ -94,14 +110,5 @@ def annotate(tables: list[Table], notes: tuple[Note, ...]) -> list[Table]:
                 if note.names(table, row, column):
                     marks[row, column] = marks.get((row, column), "") + note.mark
                     used += [note] if note not in used else []
-                    shown.update(cell for cell in note.cells if cell[:3] == (row.tuning, table.task, row.method)
-                                 and math.isclose(cell[3], column.epsilon, rel_tol=1e-9))
         table.cell_notes, table.notes = marks, [(note.mark, note.text) for note in used]
-    missing = [cell for note in notes for cell in note.cells if cell not in shown]
-    tasks = {table.task for table in tables}
-    missing = [cell for cell in missing if cell[1] in tasks]  # a board of other tasks (--task) shows none of them
-    if missing:
-        track, task, method, epsilon = missing[0]
-        raise UsageError(f"the grid's notes name {len(missing)} cell(s) the board does not have, e.g. {method} on "
-                         f"{task}, {track}, ε = {epsilon:g}")
     return tables

@@ -146,7 +146,7 @@ def load_grid(path: str) -> dict[str, Any]:
         if uncounted := [task for task in grid["tasks"] if seeds_for(grid, task) is None]:
             raise UsageError(f"grid {path}: seeds gives no count for {', '.join(uncounted)} (and no \"default\")")
     infeasible.parse(grid.get("infeasible"), grid["tasks"], grid["epsilons"], f"grid {path}")
-    notes.parse(grid.get("notes"), f"grid {path}")
+    notes.parse(grid.get("notes"), f"grid {path}", grid)
     return grid
 
 

@@ -107,8 +107,8 @@ def check_correlation(spec: RunSpec, method: type[Method], hp: dict, sampler_nam
     per step; automatic scaling, a moving clip norm or a count release; ``--isolate`` (the isolated process does not
     forward it). (Several devices: refused before, by :func:`check_devices`, for the cyclic sampler.) (The tree is accounted by RDP whatever
     the accountant asked: ``dpbench.run.engine.plan``; the record says ``"accountant": "rdp"``.) Batched seeds and trials keep each run's state (``dpbench.run.multiseed``);
-    private tuning refuses it (``dpbench.tuning.plan``)."""
-    from dpbench.privacy import correlated  # imported here: it imports torch and dp-accounting
+    private tuning charges it as its trials' mechanism (``dpbench.tuning.plan``, which runs this check first)."""
+    from dpbench.privacy import correlated, noise  # imported here: they import torch and dp-accounting
 
     if not method.private:
         return None
@@ -135,7 +135,9 @@ def check_correlation(spec: RunSpec, method: type[Method], hp: dict, sampler_nam
                " and ".join(adaptive_features(method)) or "adaptive clipping": bool(adaptive_features(method)),
                "--isolate (the isolated process does not forward it)": spec.isolate,
                f"--noise {spec.noise} (only the counter-based Philox stream's position is checked at the end of a run "
-               f"and on resume)": spec.noise != "fast"}
+               f"and on resume)": spec.noise != "fast",
+               "the fast Gaussian sampler not built (dpbench.privacy._philox, compiled at install: the run would "
+               "fall back to PyTorch's generator and be refused at its end)": noise.fill_normal is None}
     for reason, applies in reasons.items():
         if applies:
             raise UsageError(f"{method.name} declares {what}, which the engine does not support with {reason}")

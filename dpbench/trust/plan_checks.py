@@ -87,7 +87,12 @@ def check_n_train(record: dict[str, Any]) -> str | None:
         split = tuning["validation"]
         seed = split["seed"] if split.get("split_seed") is None else split["split_seed"]
         fraction = split["fraction"]
-        if not isinstance(seed, int) or isinstance(seed, bool):  # secret coins: Binomial(n, 1 − f) examples left
+        if seed != "secret" and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise Mismatch(f"tuning.validation's split seed is {seed!r}: a whole number, or \"secret\"")
+        if seed == "secret" and record.get("seed") != "secret":
+            raise Mismatch(f"its validation split's coins are said to be secret, but its seed {record.get('seed')!r} "
+                           f"is published")
+        if seed == "secret":  # secret coins: Binomial(n, 1 − f) examples left
             spread = 6 * math.sqrt(n * fraction * (1 - fraction)) + 1
             if not abs(record["n_train"] - (1 - fraction) * n) <= spread:
                 raise Mismatch(f"n_train is {record['n_train']!r}, but a split holding out {fraction} of task "
@@ -149,6 +154,10 @@ def _plan(record: dict[str, Any]) -> tuple[float, int]:
     shuffled ones, steps = epochs × that, releases = k × steps. The engine draws every step's k batches and
     charges each (``training.PrivateTraining``): the count depends on the plan only."""
     hp, n, sampler = record["hyperparameters"], record["n_train"], record["sampler"]
+    for key in ("batch_size", "epochs"):  # as the engine takes them: whole numbers ≥ 1 (a fractional epochs
+        value = hp.get(key)  # charged a banded run √1.5 participations for 2: review of 27 November)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise Mismatch(f"hyperparameters.{key} is {value!r}, not a whole number ≥ 1")
     k, batch, epochs = _releases_per_step(record), hp["batch_size"], hp["epochs"]
     q, steps, releases = record["sample_rate"], record["steps"], record["gradient_evaluations"]
     method = _builtin(record)

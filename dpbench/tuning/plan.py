@@ -20,8 +20,8 @@ from dpbench.method import Method, ReleaseMethod
 from dpbench.privacy import correlated
 from dpbench.privacy.accounting import NEIGHBOURING
 from dpbench.release.runner import resolve_hyperparameters as release_hyperparameters
-from dpbench.run import engine
-from dpbench.spec import resolve_hyperparameters
+from dpbench.run import engine, refusals
+from dpbench.spec import RunSpec, resolve_hyperparameters
 from dpbench.task import Task
 from dpbench.tuning import search
 from dpbench.tuning.accounting import (TrialMechanism, ValidationSplit, calibrate_trial_noise, k_distribution,
@@ -165,6 +165,9 @@ def plan(spec: TuneSpec, calibrate: bool = True) -> Plan:
         if correlation is not None and spec.neighbouring != "replace-one":
             raise UsageError(f"{method.name} adds correlated noise on the cyclic sampler's fixed batches, accounted "
                              f"under replace-one neighbours only: pass --neighbouring replace-one")
+        if correlation is not None:  # what the trials' engine would refuse, before any trial draws K's share
+            refusals.check_correlation(RunSpec(method=spec.method, task=spec.task, sampler=correlated.SAMPLER,
+                                               neighbouring=spec.neighbouring), method, hp, correlated.SAMPLER)
     fixed = set(MECHANISM_KEYS) if spec.mode != "oracle" and not output_trials else set()
     if method.clip_to_task_bound:
         fixed.add("clip")

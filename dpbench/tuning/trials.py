@@ -109,7 +109,8 @@ def _begin(plan_: Plan, study: optuna.Study, trial_id: int, number: int):
 
 def _finish(plan_: Plan, study: optuna.Study, trial: optuna.Trial, number: int, record: dict[str, Any] | None,
             error: BaseException | None = None) -> None:
-    """Tell the study a trial's outcome: COMPLETE with its score, or FAIL (it counts either way). A trial put back
+    """Tell the study a trial's outcome: COMPLETE with its score, or FAIL (it counts either way; its error is in the
+    trial's ``error`` attribute in the study storage, and on stderr unless K is hidden). A trial put back
     meanwhile (its heartbeat was late: :func:`dpbench.tuning.claims.requeue_stale`) and claimed again is left to that
     run (:func:`dpbench.tuning.claims.holds`); between that check and the tell, a late run's tell can still win: the
     same trial, the same coins."""
@@ -131,8 +132,9 @@ def _finish(plan_: Plan, study: optuna.Study, trial: optuna.Trial, number: int, 
     except Exception as failure:  # the trial failed: it counts, and the next one runs
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
             trial.set_user_attr("error", f"{type(failure).__name__}: {failure}")
-        print(f"dpbench: trial {number} failed (it still counts): {type(failure).__name__}: {failure}",
-              file=sys.stderr)
+        if plan_.spec.mode != "random-stopping":  # there K is hidden, and each line would bound it from below
+            print(f"dpbench: trial {number} failed (it still counts): {type(failure).__name__}: {failure}",
+                  file=sys.stderr)
     # Not telling: a finished trial (the other run told it), or one put back to WAITING (it runs again).
     with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError, ValueError):
         study.tell(trial, value if state == optuna.trial.TrialState.COMPLETE else None, state=state)
