@@ -73,10 +73,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 import dp_accounting
 
 # torch is imported where the noise is transformed: dpbench.privacy.accounting imports this module, and the commands
 # that only account (``dpbench privacy``) must not load PyTorch (tests/test_cli.py)
+if TYPE_CHECKING:
+    import torch
 
 #: The correlations the engine implements (``Method.correlation``).
 CORRELATIONS = ("banded", "tree")
