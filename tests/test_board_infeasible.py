@@ -84,7 +84,7 @@ def test_the_renderers_head_a_declared_column_as_infeasible(capsys, tmp_path):
     records = tmp_path / "results.jsonl"
     assert main(["leaderboard", "--format", "jsonl", "--out", str(records)]) == 0
     capsys.readouterr()
-    grid = grid_file(tmp_path, {"n_epsilon_below": 1001})
+    grid_file(tmp_path, {"n_epsilon_below": 1001})  # grid.json beside the records: it applies
     for fmt in ("md", "html"):
         assert main(["leaderboard", "--records", str(records), "--format", fmt, "--out", str(tmp_path / fmt)]) == 0
         page = (tmp_path / fmt).read_text()

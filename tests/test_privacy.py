@@ -4,7 +4,6 @@ import json
 import math
 
 import dp_accounting
-from dp_accounting import pld
 import numpy as np
 import pytest
 from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
