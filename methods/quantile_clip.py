@@ -64,9 +64,8 @@ class QuantileClip(DPSGD):
     ``dpbench.method.GradientMechanism`` (``self.mechanism``) states C_0: ``mean_noise_std`` is σC_0/B, not the
     noise of later releases (σC_t/B). The clip trajectory's first, last, smallest and largest C are in the record
     (``clip_norms``), functions of the released counts only. Batched seeds and trials (``dpbench.run.multiseed``) keep
-    each run's C_t and count. Private tuning charges each trial as one Gaussian of the pair's combined multiplier z
-    and solves σ and σ_b from it. Not supported (refused with one line each): ``--isolate``, several devices,
-    checkpoints.
+    each run's C_t and count. Not supported (refused with one line each): private tuning (its trial mechanism charges
+    σ alone), ``--isolate``, several devices, checkpoints.
     """
 
     name = "quantile_clip"
