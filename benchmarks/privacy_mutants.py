@@ -112,6 +112,11 @@ MUTANTS = [
            "dpbench/tuning/trials.py", "        if plan_.spec.mode != \"random-stopping\":  # there K is hidden",
            "        if True:  # there K is hidden",
            first="tests/test_tuning.py::test_a_count_methods_trials_draw_the_combined_noise_the_tuning_charges"),
+    Mutant("sweep-plans-correlated-as-poisson", "tuning", "the sweep plans a correlated method's random-stopping cell "
+           "with Poisson batches (its cells refused)", "dpbench/board/sweep.py",
+           "                                             else plan_.trial.sampler))",
+           '                                             else "poisson"))',
+           first="tests/test_sweep.py::test_the_random_stopping_track_runs_the_count_and_correlated_methods_and_resumes"),
     Mutant("calibration-trusts-guess", "calibration", "σ is the central limit theorem's guess, not the PLD's answer "
            "(the guess is below it at small ε)", "dpbench/privacy/accounting.py",
            "    fine = lambda s: _make_accountant(accountant, neighbouring).compose(releases_with(s)).get_epsilon(delta)\n",

@@ -9,6 +9,7 @@ from dpbench.board.sweep import run_grid
 from dpbench.cli import main
 from dpbench.results import store
 from dpbench.results.identity import identity
+from dpbench.trust import record_checks
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -89,6 +90,19 @@ def test_three_tracks_run_every_method_alike_and_resume(capsys):
                                                                   ("output_perturbation", 0), ("output_perturbation", 1)]
     assert all(r["epsilon"] <= 1.0 and r["accountant"] == "rdp" for r in released)
     assert run_grid(grid, progress=False) == {"ran": 0, "already stored": 20, "refused": 4}
+
+
+def test_the_random_stopping_track_runs_the_count_and_correlated_methods_and_resumes(capsys):
+    """quantile_clip, bandmf and dpftrl are tuned privately (their trials' own mechanisms); the sweep planned their
+    cells' identity with Poisson batches and refused the correlated ones (the rebuild of 27 November)."""
+    grid = {"tasks": ["breast_cancer"], "methods": ["quantile_clip", "bandmf", "dpftrl"], "epsilons": [1.0],
+            "seeds": 1, "tracks": ["random-stopping"], "trials": 2, "neighbouring": "replace-one"}
+    assert run_grid(grid, progress=False) == {"ran": 3, "already stored": 0, "refused": 0}, capsys.readouterr().err
+    released = {r["method"]: r for r in store.load()}
+    assert {m: r["sampler"] for m, r in released.items()} == {"quantile_clip": "poisson", "bandmf": "cyclic",
+                                                              "dpftrl": "cyclic"}
+    assert all(r["epsilon"] <= 1.0 and record_checks.check(r) == [] for r in released.values())
+    assert run_grid(grid, progress=False) == {"ran": 0, "already stored": 3, "refused": 0}
 
 
 @pytest.mark.parametrize("grid, message", [

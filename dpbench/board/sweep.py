@@ -202,7 +202,7 @@ def identity(cell: Cell) -> str:
     plan_ = tune.plan(_tune_specs(cell, (0,))[0], calibrate=False)  # σ is calibrated when the cell runs
     planned = engine.describe_record(replace(spec, neighbouring=plan_.trial.neighbouring, epsilon=None,
                                              noise_multiplier=1.0, sampler=None if plan_.trial.kind == "output"
-                                             else "poisson"))
+                                             else plan_.trial.sampler))
     return record_identity({**planned, "epsilon_target": cell.epsilon, "neighbouring": plan_.trial.neighbouring,
                             "profile": None, "tuning": {"config": released.tuning_config(plan_)}})
 
