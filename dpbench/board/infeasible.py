@@ -89,9 +89,9 @@ def _short(value: Any) -> str:
     return json.dumps(value, default=str)[:80]
 
 
-def from_grid_file(path: Path) -> Declaration:
-    """The declaration of the grid file at ``path`` (its ``infeasible`` value, checked against its tasks and ε; the
-    rest of the grid is the sweep's to check, :func:`dpbench.board.sweep.load_grid`)."""
+def read_grid(path: Path) -> dict[str, Any]:
+    """The grid file at ``path`` as a JSON object (UsageError otherwise); its keys are the sweep's to check
+    (:func:`dpbench.board.sweep.load_grid`), but for what the board reads: this module's and :mod:`.notes`'."""
     import json
 
     try:
@@ -100,6 +100,12 @@ def from_grid_file(path: Path) -> Declaration:
         raise UsageError(f"cannot read grid {path}: {error}") from None
     if not isinstance(grid, dict):
         raise UsageError(f"grid {path}: not a JSON object")
+    return grid
+
+
+def from_grid_file(path: Path) -> Declaration:
+    """The declaration of the grid file at ``path`` (its ``infeasible`` value, checked against its tasks and ε)."""
+    grid = read_grid(path)
     tasks, epsilons = grid.get("tasks"), grid.get("epsilons")
     return parse(grid.get("infeasible"), tasks if isinstance(tasks, list) else None,
                  epsilons if isinstance(epsilons, list) else None, f"grid {path}")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dpbench.board import infeasible
 from dpbench.board.model import Column, Row, Table
 from dpbench.choices import TUNING_MODES
 from dpbench.errors import UsageError
@@ -91,12 +92,8 @@ def _in_grid(cell: tuple[str, str, str, float], grid: dict[str, Any]) -> bool:
 
 
 def from_grid_file(path: Path) -> tuple[Note, ...]:
-    try:
-        grid = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise UsageError(f"cannot read grid {path}: {error}") from None
-    if not isinstance(grid, dict):
-        raise UsageError(f"grid {path}: not a JSON object")
+    """The notes of the grid file at ``path``, checked against its cells."""
+    grid = infeasible.read_grid(path)
     return parse(grid.get("notes"), f"grid {path}", grid)
 
 
