@@ -117,6 +117,11 @@ MUTANTS = [
            "                                             else plan_.trial.sampler))",
            '                                             else "poisson"))',
            first="tests/test_sweep.py::test_the_random_stopping_track_runs_the_count_and_correlated_methods_and_resumes"),
+    Mutant("trial-correlation-after-training", "tuning", "a trial whose hyperparameters change the noise correlation "
+           "trains before it fails", "dpbench/tuning/trials.py",
+           "    if engine.correlated_fields(found) != (trial.bands, trial.tree):",
+           "    if False:",
+           first="tests/test_tuning.py::test_a_trial_whose_correlation_is_not_the_tunings_fails_before_training"),
     Mutant("calibration-trusts-guess", "calibration", "σ is the central limit theorem's guess, not the PLD's answer "
            "(the guess is below it at small ε)", "dpbench/privacy/accounting.py",
            "    fine = lambda s: _make_accountant(accountant, neighbouring).compose(releases_with(s)).get_epsilon(delta)\n",

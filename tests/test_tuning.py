@@ -427,6 +427,42 @@ def test_correlated_noise_is_tuned_with_its_own_mechanism(capsys, method):
     assert f"{method} with its hyperparameters adds correlated noise" in problem, problem
 
 
+def test_a_trial_whose_correlation_is_not_the_tunings_fails_before_training(capsys, tmp_path, monkeypatch):
+    """Review of 27 November: a plugin's correlation that changes inside a searched range passes the plan (which
+    checks the ends); such a trial trained, then failed. It now fails before it touches the data."""
+    (tmp_path / "wobble.py").write_text(textwrap.dedent("""
+        from dpbench.privacy.correlated import banded
+        from methods.bandmf import BandMF
+
+        class Wobble(BandMF):
+            name = "wobble"
+            description = "bandmf with 8 bands for 0.01 < lr < 1, else 4 (test plugin)"
+            search_space = {"lr": {"type": "float", "low": 0.0005, "high": 5.0, "log": True}}
+
+            @classmethod
+            def correlation(cls, hp):
+                return banded(8 if 0.01 < hp["lr"] < 1 else 4)
+    """))
+    monkeypatch.setattr(streams, "secret_seed", lambda: 2)  # the study's coins: fixed, so that some lr fall inside
+    trained = []
+
+    def spy(spec, *args, **kwargs):  # what reaches the engine: refused here, so nothing trains in this test
+        trained.append(spec)
+        raise RuntimeError("the spy does not train")
+
+    monkeypatch.setattr(engine, "run", spy)
+    monkeypatch.setattr(trials_module.multiseed, "run_many", lambda specs, **k: [engine.run(s) for s in specs])
+    assert main(["tune", "--plugins", str(tmp_path), "--method", "wobble", "--task", "digits", "--epsilon", "1",
+                 "--mode", "adaptive", "--trials", "8", "--epochs", "1", "--neighbouring", "replace-one",
+                 "--no-wandb", "--study", "wobble"]) != 0
+    err = capsys.readouterr().err
+    failed = optuna.load_study(study_name="wobble", storage=default_storage()).get_trials()
+    middle = [t for t in failed if 0.01 < t.params["lr"] < 1]
+    assert middle and all("its hyperparameters give the noise correlation Banded(bands=8" in t.user_attrs["error"]
+                          for t in middle), err
+    assert len(trained) == len(failed) - len(middle) > 0  # the others reached the engine (refused by the spy)
+
+
 def test_correlated_noise_tuning_refuses_what_would_change_the_trials_mechanism(refused, tmp_path):
     args = ["--task", "digits", "--epsilon", "1", "--epochs", "2", "--trials", "2", "--no-wandb"]
     assert "replace-one" in refused("tune", "--method", "dpftrl", *args)

@@ -16,7 +16,7 @@ import optuna
 from dpbench.errors import UsageError
 from dpbench.privacy import correlated, streams
 from dpbench.run import engine, multiseed
-from dpbench.spec import RunSpec
+from dpbench.spec import RunSpec, resolve_hyperparameters
 from dpbench.tuning import search
 from dpbench.tuning.accounting import ValidationSplit
 from dpbench.tuning.plan import Plan
@@ -74,6 +74,20 @@ def _trial_run_spec(plan_: Plan, params: dict[str, Any], number: int, secret: in
     return RunSpec(noise_multiplier=plan_.trial.noise_multiplier, noise_is_combined=True, sampler=plan_.trial.sampler,
                    accountant="rdp" if plan_.trial.tree else "pld", neighbouring=spec.neighbouring,
                    validation=validation, **common)
+
+
+def _check_correlation(plan_: Plan, params: dict[str, Any]) -> None:
+    """RuntimeError (the trial fails, and counts) where the trial's hyperparameters give the method another noise
+    correlation than the one the tuning charges, before it touches the data: the plan checks only the ends of each
+    searched range (``plan._fixed_correlation``), and a plugin's correlation may change inside one."""
+    trial = plan_.trial
+    if trial is None or trial.kind != "gradient":
+        return
+    hp, _ = resolve_hyperparameters(plan_.method, plan_.task, {**plan_.spec.overrides, **params})
+    found = plan_.method.correlation(hp)
+    if engine.correlated_fields(found) != (trial.bands, trial.tree):
+        raise RuntimeError(f"its hyperparameters give the noise correlation {found!r}; the tuning charges "
+                           f"{'tree aggregation' if trial.tree else f'{trial.bands} bands' if trial.bands else 'none'}")
 
 
 def _check_trial(plan_: Plan, number: int, record: dict[str, Any]) -> None:
@@ -153,6 +167,7 @@ def _run_trial(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBSto
         trial, record, error = None, None, None
         try:
             trial, params = _begin(plan_, study, trial_id, number)
+            _check_correlation(plan_, params)
             record = engine.run(_trial_run_spec(plan_, params, number, study_secret(study)))
         except Exception as failure:
             error = failure
@@ -176,19 +191,27 @@ def _run_together(claimed: list[tuple[Plan, optuna.Study, tuple[int, int]]],
             for plan_, study, (trial_id, number) in claimed:
                 trial, params = _begin(plan_, study, trial_id, number)
                 begun.append((plan_, study, trial, number, params))
+            early: dict[int, Exception] = {}  # trials that fail before touching the data
+            for index, (plan_, _, _, _, params) in enumerate(begun):
+                try:
+                    _check_correlation(plan_, params)
+                except Exception as error:
+                    early[index] = error
             specs = [_trial_run_spec(plan_, params, number, study_secret(study))
-                     for plan_, study, _, number, params in begun]
+                     for index, (plan_, study, _, number, params) in enumerate(begun) if index not in early]
             try:
                 refused: dict[int, UsageError] = {}
-                outcomes = [(record, refused.get(index)) for index, record in
-                            enumerate(multiseed.run_many(specs, refusals=refused))]
+                ran = [(record, refused.get(index)) for index, record in
+                       enumerate(multiseed.run_many(specs, refusals=refused))]
             except Exception:  # one trial's failure must not fail the others: run them one by one
-                outcomes = []
+                ran = []
                 for spec in specs:
                     try:
-                        outcomes.append((engine.run(spec), None))
+                        ran.append((engine.run(spec), None))
                     except Exception as error:
-                        outcomes.append((None, error))
+                        ran.append((None, error))
+            ran.reverse()
+            outcomes = [(None, early[index]) if index in early else ran.pop() for index in range(len(begun))]
         except BaseException as stop:
             if not isinstance(stop, Exception):  # interrupted: not an outcome of the trials; they run again
                 put_back(storage, ids)
