@@ -122,6 +122,19 @@ MUTANTS = [
            "    if engine.correlated_fields(found) != (trial.bands, trial.tree):",
            "    if False:",
            first="tests/test_tuning.py::test_a_trial_whose_correlation_is_not_the_tunings_fails_before_training"),
+    Mutant("validation-fields-unbound", "verify", "a tuned record's validation fields alone name its split (another "
+           "split seed or fraction, n_train and ε made to match, passes)", "dpbench/trust/plan_checks.py",
+           "            if value != named or isinstance(value, bool) != isinstance(named, bool):",
+           "            if False:",
+           first="tests/test_verify.py::test_a_tuned_records_split_is_the_one_its_configuration_and_seed_name"),
+    Mutant("trial-warnings-per-trial", "tuning", "random stopping shows a run's warning once per trial (K lines)",
+           "dpbench/tuning/trials.py", "    if not hidden:\n        yield\n        return",
+           "    if True:\n        yield\n        return",
+           first="tests/test_tuning.py::test_random_stopping_shows_a_trials_warning_once_not_once_per_trial"),
+    Mutant("float-sizes-accepted", "verify", "an epochs or batch size given as a float trains (its record states a "
+           "float)", "dpbench/checks.py", "    return isinstance(value, int) and not isinstance(value, bool)",
+           "    return isinstance(value, (int, float)) and float(value).is_integer()",
+           first="tests/test_engine.py::test_a_size_given_as_anything_but_an_int_is_refused_before_training"),
     Mutant("calibration-trusts-guess", "calibration", "σ is the central limit theorem's guess, not the PLD's answer "
            "(the guess is below it at small ε)", "dpbench/privacy/accounting.py",
            "    fine = lambda s: _make_accountant(accountant, neighbouring).compose(releases_with(s)).get_epsilon(delta)\n",

@@ -34,7 +34,9 @@ def check_finite(key: str, value: Any) -> None:
 
 
 def _whole(value: Any) -> bool:
-    return isinstance(value, int) or isinstance(value, float) and value.is_integer()
+    """A Python int (a float such as 64.0 trains, but its record states a float that verify refuses: a fractional
+    epochs would undercount a banded run's participations)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 #: The values a hyperparameter of each of these names may take, whichever method or task it belongs to (a method
@@ -52,10 +54,10 @@ RANGES = {
 def check_hyperparameter(key: str, value: Any) -> None:
     """``value`` finite and, for a key of :data:`RANGES`, in its range."""
     check_finite(key, value)
-    if key in RANGES and isinstance(value, (int, float)) and not isinstance(value, bool):
+    if key in RANGES and isinstance(value, (int, float)):
         kind, valid = RANGES[key]
-        if not valid(value):
-            raise UsageError(f"{key} must be {kind}, got {value:g}")
+        if isinstance(value, bool) or not valid(value):
+            raise UsageError(f"{key} must be {kind}, got {value!r}")
 
 
 def check_setting(key: str, text: str) -> None:

@@ -191,3 +191,16 @@ def test_every_epoch_draws_fresh_batches(sampler, monkeypatch):
     assert record["steps"] == len(drawn) == 3 * per_epoch
     epochs = [drawn[e * per_epoch:(e + 1) * per_epoch] for e in range(3)]
     assert epochs[0] != epochs[1] and epochs[1] != epochs[2] and epochs[0] != epochs[2]
+
+
+@pytest.mark.parametrize("key, value", [("batch_size", 64.0), ("epochs", 2.0), ("epochs", True)])
+def test_a_size_given_as_anything_but_an_int_is_refused_before_training(key, value):
+    """Review of 27 November: 64.0 trained, and verify (which takes only ints: a fractional epochs undercounted a
+    banded run's participations) refused its genuine record."""
+    from dpbench.run import engine
+    from dpbench.spec import RunSpec
+
+    spec = RunSpec(method="dpsgd", task="digits", epsilon=1.0, overrides={key: value}, progress_bar=False,
+                   no_wandb=True, append_to_store=False)
+    with pytest.raises(UsageError, match=f"{key} must be a whole number >= 1, got {value!r}"):
+        engine.plan(spec)

@@ -5,6 +5,7 @@ import json
 import math
 import re
 import textwrap
+import warnings
 
 import dp_accounting
 import optuna
@@ -472,6 +473,22 @@ def test_correlated_noise_tuning_refuses_what_would_change_the_trials_mechanism(
     message = refused("tune", "--method", "bandmf", *args, "--neighbouring", "replace-one", "--search-space",
                       str(space))
     assert "bands cannot be searched in a private mode" in message
+
+
+def test_random_stopping_shows_a_trials_warning_once_not_once_per_trial(capsys, monkeypatch):
+    """Review of 27 November: each run's warning filters reset Python's once-per-place registry, so a warning of
+    every run (here the PyTorch sampler's, without ``_philox``) printed K lines; K is hidden."""
+    from dpbench.privacy import noise
+
+    monkeypatch.setattr(noise, "fill_normal", None)
+    monkeypatch.setattr(trials_module, "_SHOWN", set())
+    monkeypatch.setattr(streams, "secret_seed", lambda: 5)  # a study whose K is at least 2 (checked below)
+    with warnings.catch_warnings(record=True) as shown:  # what a terminal would print (pytest records warnings)
+        warnings.simplefilter("default")  # Python's own: once per place
+        assert main(["tune", "--method", "dpsgd", "--task", "digits", "--epsilon", "1", "--epochs", "1", "--trials",
+                     "4", "--no-wandb", "--json"]) == 0
+    assert study_of(json.loads(capsys.readouterr().out)).user_attrs["k"] >= 2
+    assert sum("_philox is not built" in str(w.message) for w in shown) == 1, [str(w.message) for w in shown]
 
 
 def test_trials_sample_as_the_tuning_accountant_assumes_whatever_the_methods_sampler(capsys, tmp_path):

@@ -691,17 +691,23 @@ def test_a_tuned_count_method_is_charged_at_the_pair_it_drew(tmp_path, genuine):
     assert "is below tuning.noise_multiplier" in problem or "(tuning.noise_multiplier) is" in problem, problem
 
 
-@pytest.mark.parametrize("seed, problem", [
-    ("0", "split seed is '0': a whole number, or \"secret\""),
-    (None, "split seed is None"),
-    ("secret", "said to be secret, but its seed 0 is published"),
+@pytest.mark.parametrize("changes, problem", [
+    ({"tuning.validation.seed": "0"}, "tuning.validation.seed is '0', but the tuning's configuration and seed name 0"),
+    ({"tuning.validation.seed": None}, "tuning.validation.seed is None"),
+    ({"tuning.validation.seed": "secret"}, "tuning.validation.seed is 'secret'"),
+    ({"tuning.validation.seed": "0", "seed": "0"}, "split seed is '0': a whole number, or \"secret\""),
+    ({"tuning.validation.split_seed": 1921}, "tuning.validation.split_seed is 1921, but"),
+    ({"tuning.validation.split_seed": "secret", "tuning.config.split_seed": "secret"},
+     "tuning.validation.split_seed is 'secret': a whole number, or none"),
+    ({"tuning.validation.fraction": 0.02}, "tuning.validation.fraction is 0.02, but"),
 ])
-def test_a_tuned_records_split_is_public_or_secret_as_its_seed_says(tmp_path, genuine, seed, problem):
-    """Review of 27 November: any non-integer split seed made verify check n_train to ±6 sd only (a forged n_train
-    moves q, and a tree's depth)."""
+def test_a_tuned_records_split_is_the_one_its_configuration_and_seed_name(tmp_path, genuine, changes, problem):
+    """Reviews of 27 November: any non-integer split seed made verify check n_train to ±6 sd only (a forged n_train
+    moves q, and a tree's depth); the validation fields alone named the split, so another split seed or fraction,
+    with n_train, q and ε made to match, passed (ε 0.1 → 0.0966)."""
     record = genuine[0]["tuned random-stopping"]
     assert record["seed"] == 0 and isinstance(record["tuning"]["validation"]["seed"], int)
-    found = problems_of(tmp_path, forged(record, **{"tuning.validation.seed": lambda _: seed}))
+    found = problems_of(tmp_path, forged(record, **{key: lambda _, v=value: v for key, value in changes.items()}))
     assert len(found) == 1 and problem in found[0], found
 
 

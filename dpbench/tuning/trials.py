@@ -76,6 +76,27 @@ def _trial_run_spec(plan_: Plan, params: dict[str, Any], number: int, secret: in
                    validation=validation, **common)
 
 
+#: The warnings a random-stopping trial raised that this process has shown: (category, message).
+_SHOWN: set[tuple[type, str]] = set()
+
+
+@contextlib.contextmanager
+def _warnings_once(hidden: bool):
+    """Where K is hidden (``hidden``: random stopping), the warnings of the trials run inside are shown once per
+    process, not once per trial: ``engine.run`` sets its own warning filters, which clears Python's once-per-place
+    registry, so a warning of every run (e.g. the PyTorch sampler's when ``_philox`` is not built) printed one line per
+    trial, counting them (review of 27 November)."""
+    if not hidden:
+        yield
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        yield
+    for found in caught:
+        if (found.category, str(found.message)) not in _SHOWN:
+            _SHOWN.add((found.category, str(found.message)))
+            warnings.showwarning(found.message, found.category, found.filename, found.lineno)
+
+
 def _check_correlation(plan_: Plan, params: dict[str, Any]) -> None:
     """RuntimeError (the trial fails, and counts) where the trial's hyperparameters give the method another noise
     correlation than the one the tuning charges, before it touches the data: the plan checks only the ends of each
@@ -168,7 +189,8 @@ def _run_trial(plan_: Plan, study: optuna.Study, storage: optuna.storages.RDBSto
         try:
             trial, params = _begin(plan_, study, trial_id, number)
             _check_correlation(plan_, params)
-            record = engine.run(_trial_run_spec(plan_, params, number, study_secret(study)))
+            with _warnings_once(plan_.spec.mode == "random-stopping"):
+                record = engine.run(_trial_run_spec(plan_, params, number, study_secret(study)))
         except Exception as failure:
             error = failure
         except BaseException:  # interrupted (Ctrl-C, exit): not an outcome of the trial; it runs again
@@ -199,17 +221,18 @@ def _run_together(claimed: list[tuple[Plan, optuna.Study, tuple[int, int]]],
                     early[index] = error
             specs = [_trial_run_spec(plan_, params, number, study_secret(study))
                      for index, (plan_, study, _, number, params) in enumerate(begun) if index not in early]
-            try:
-                refused: dict[int, UsageError] = {}
-                ran = [(record, refused.get(index)) for index, record in
-                       enumerate(multiseed.run_many(specs, refusals=refused))]
-            except Exception:  # one trial's failure must not fail the others: run them one by one
-                ran = []
-                for spec in specs:
-                    try:
-                        ran.append((engine.run(spec), None))
-                    except Exception as error:
-                        ran.append((None, error))
+            with _warnings_once(any(plan_.spec.mode == "random-stopping" for plan_, _, _ in claimed)):
+                try:
+                    refused: dict[int, UsageError] = {}
+                    ran = [(record, refused.get(index)) for index, record in
+                           enumerate(multiseed.run_many(specs, refusals=refused))]
+                except Exception:  # one trial's failure must not fail the others: run them one by one
+                    ran = []
+                    for spec in specs:
+                        try:
+                            ran.append((engine.run(spec), None))
+                        except Exception as error:
+                            ran.append((None, error))
             ran.reverse()
             outcomes = [(None, early[index]) if index in early else ran.pop() for index in range(len(begun))]
         except BaseException as stop:
