@@ -119,6 +119,9 @@ def test_a_run_spending_more_than_the_tasks_default_target_is_not_recorded(monke
     real = engine.calibrate_noise_multiplier
     monkeypatch.setattr(engine, "calibrate_noise_multiplier", lambda *args: real(*args) / 2)
     code = main(["run", "--method", "dpsgd", "--task", "digits", "--epochs", "2", "--no-wandb"])
+    assert code == 2 and "calibration failed" in capsys.readouterr().err  # plan checks it before training
+    monkeypatch.setattr(engine, "_meets_target", lambda combined, *args: (combined, (), combined))  # and if not:
+    code = main(["run", "--method", "dpsgd", "--task", "digits", "--epochs", "2", "--no-wandb"])
     assert code == 1 and "exceeds the target" in capsys.readouterr().err
     assert store.load() == []
 

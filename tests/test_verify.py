@@ -906,8 +906,8 @@ def test_task_options_the_task_rejects_fail(tmp_path, genuine):
 
 def test_a_secret_split_still_bounds_n_train(tmp_path, genuine):
     found = genuine[0]["tuned random-stopping"]
-    secret = forged(found, **{"tuning.validation.seed": lambda _: "secret", "tuning.validation.split_seed":
-                              lambda _: None})
+    assert found["tuning"]["validation"]["split_seed"] is None  # the record's seed draws the split
+    secret = forged(found, seed=lambda _: "secret", **{"tuning.validation.seed": lambda _: "secret"})
     unchecked = []
     assert record_checks.check(secret, unchecked) == [] and unchecked[0].startswith("its validation split's coins")
     grown = forged(secret, n_train=lambda n: 10 * n)  # q and the counts would follow: the n check alone decides

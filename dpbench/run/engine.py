@@ -87,12 +87,14 @@ def _meets_target(combined: float, count_extra, target: float, charged_epsilon: 
     to ``combined`` plus some ulps, and the PLD's ε is not monotone at that scale: quantile_clip on adult, ε = 0.1,
     80 epochs of batches of 256 (z = 81.76374109330388) spends 0.09999996 at z and 0.10000001 one ulp above, a run
     :func:`finish` refused after training. ValueError if ``tries`` steps do not meet the target."""
+    calibrated = combined
     for _ in range(tries):
         sigma, extra = _count_calibrated(combined, count_extra) if count_extra else (combined, ())
         if not over_target(charged_epsilon(combined_noise_multiplier(sigma, extra) if extra else sigma), target):
             return sigma, extra, combined
         combined *= 1 + 1e-4
-    raise ValueError(f"no noise multiplier within {tries} steps of 1e-4 above the calibrated one meets ε = {target:g}")
+    raise ValueError(f"calibration failed: no noise multiplier within {tries} steps of 1e-4 above the calibrated "
+                     f"{calibrated:.6g} meets ε = {target:g}")
 
 
 def charged_noise_multiplier(record: dict[str, Any]) -> float:

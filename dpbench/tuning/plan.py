@@ -159,15 +159,6 @@ def plan(spec: TuneSpec, calibrate: bool = True) -> Plan:
         raise UsageError(f"{method.name} declares no search space; pass --search-space FILE")
     hp, options = (release_hyperparameters(method, task_class, spec.overrides) if output_trials else
                    resolve_hyperparameters(method, task_class, spec.overrides))
-    correlation = None
-    if not output_trials and method.private and spec.mode != "oracle":
-        correlation = _fixed_correlation(method, hp, space)
-        if correlation is not None and spec.neighbouring != "replace-one":
-            raise UsageError(f"{method.name} adds correlated noise on the cyclic sampler's fixed batches, accounted "
-                             f"under replace-one neighbours only: pass --neighbouring replace-one")
-        if correlation is not None:  # what the trials' engine would refuse, before any trial draws K's share
-            refusals.check_correlation(RunSpec(method=spec.method, task=spec.task, sampler=correlated.SAMPLER,
-                                               neighbouring=spec.neighbouring), method, hp, correlated.SAMPLER)
     fixed = set(MECHANISM_KEYS) if spec.mode != "oracle" and not output_trials else set()
     if method.clip_to_task_bound:
         fixed.add("clip")
@@ -180,7 +171,16 @@ def plan(spec: TuneSpec, calibrate: bool = True) -> Plan:
                              f"for every trial; set it with --set {name}=...")
         if name in spec.overrides:
             raise UsageError(f"{name} is both fixed on the command line and in the search space")
-    distributions = search.distributions(space)
+    distributions = search.distributions(space)  # the space checked: _fixed_correlation reads its ends
+    correlation = None
+    if not output_trials and method.private and spec.mode != "oracle":
+        correlation = _fixed_correlation(method, hp, space)
+        if correlation is not None and spec.neighbouring != "replace-one":
+            raise UsageError(f"{method.name} adds correlated noise on the cyclic sampler's fixed batches, accounted "
+                             f"under replace-one neighbours only: pass --neighbouring replace-one")
+        if correlation is not None:  # what the trials' engine would refuse, before any trial draws K's share
+            refusals.check_correlation(RunSpec(method=spec.method, task=spec.task, sampler=correlated.SAMPLER,
+                                               neighbouring=spec.neighbouring), method, hp, correlated.SAMPLER)
 
     task = task_class(**options)
     data = task.prepare(spec.seed)  # the model's initialisation does not matter here: shapes and the metric's name
