@@ -5,6 +5,7 @@ import json
 import math
 import re
 import textwrap
+import time
 import warnings
 
 import dp_accounting
@@ -489,6 +490,24 @@ def test_random_stopping_shows_a_trials_warning_once_not_once_per_trial(capsys, 
                      "4", "--no-wandb", "--json"]) == 0
     assert study_of(json.loads(capsys.readouterr().out)).user_attrs["k"] >= 2
     assert sum("_philox is not built" in str(w.message) for w in shown) == 1, [str(w.message) for w in shown]
+
+
+def test_a_release_waits_for_another_workers_write_lock(tmp_path):
+    """The rebuild's sweep died at 13:00 on 27 November: a release's insert gave up on SQLite's write lock after its
+    default 5 s ("database is locked") while the other worker wrote; it waits 60 s, as the study storage does."""
+    import sqlite3
+    import threading
+
+    from dpbench.tuning import study as study_module
+
+    path = tmp_path / "studies.db"
+    study_module._storage(f"sqlite:///{path}", 60)  # the tables
+    holder = sqlite3.connect(path, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # another worker's write, held for 7 s
+    threading.Timer(7, holder.rollback).start()
+    started = time.monotonic()
+    assert study_module._release_once(f"sqlite:///{path}", "s", {"a": 1}) == ({"a": 1}, True)
+    assert time.monotonic() - started >= 6
 
 
 def test_trials_sample_as_the_tuning_accountant_assumes_whatever_the_methods_sampler(capsys, tmp_path):
