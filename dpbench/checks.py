@@ -65,7 +65,7 @@ def check_setting(key: str, text: str) -> None:
     rest as the type of the default it replaces)."""
     if key in RANGES:
         try:
-            value = float(text)
+            value = int(text) if text.strip().lstrip("+-").isdigit() else float(text)
         except ValueError:
             return
         check_hyperparameter(key, value)
