@@ -102,7 +102,7 @@ MUTANTS = [
            "dpbench/trust/plan_checks.py",
            "        if seed != \"secret\" and (not isinstance(seed, int) or isinstance(seed, bool)):",
            "        if False:",
-           first="tests/test_verify.py::test_a_tuned_records_split_is_public_or_secret_as_its_seed_says"),
+           first="tests/test_verify.py::test_a_tuned_records_split_is_the_one_its_configuration_and_seed_name"),
     Mutant("correlated-without-philox", "correlated noise", "a correlated run starts without the counter-based "
            "sampler (trains in full, then is refused)", "dpbench/run/refusals.py",
            '"fall back to PyTorch\'s generator and be refused at its end)": noise.fill_normal is None}',
@@ -1041,6 +1041,9 @@ def run_mutant(mutant: Mutant, tests: list[str], timeout: float) -> Outcome:
                 break
     finally:
         path.write_text(original)
+    if result.returncode not in (0, 1):  # 1: a test failed; 2-5: interrupted, internal error, usage, none collected
+        raise SystemExit(f"mutant {mutant.name}: pytest exited {result.returncode}, which is no test failing: "
+                         f"{result.stdout.strip().splitlines()[-1:] or result.stderr.strip()[-200:]}")
     seconds = time.perf_counter() - started
     return Outcome(mutant.name, mutant.area, mutant.defect, result.returncode != 0,
                    _first_failure(result.stdout) if result.returncode != 0 else None, seconds)
