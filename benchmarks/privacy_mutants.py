@@ -96,7 +96,7 @@ MUTANTS = [
            first="tests/test_adaptive_clipping.py::test_a_tuning_trials_pair_below_its_multiplier_is_refused_before_training"),
     Mutant("fractional-epochs-verified", "verify", "verify takes a fractional epochs (a banded run charged √1.5 "
            "participations for 2)", "dpbench/trust/plan_checks.py",
-           "        if isinstance(value, bool) or not isinstance(value, int) or value < 1:", "        if False:",
+           '        _check_whole(hp.get(key), f"hyperparameters.{key}")', "        pass",
            first="tests/test_correlated.py::test_a_bandmf_record_is_charged_and_verify_recomputes_it"),
     Mutant("split-label-unchecked", "verify", "any non-integer split seed makes verify check n_train loosely",
            "dpbench/trust/plan_checks.py",

@@ -330,6 +330,10 @@ def plan(spec: RunSpec, calibrate: bool = True,
                              f"{count_std!r}")
         return ((COUNT_SENSITIVITY, float(count_std)),)
 
+    def spent(z: float) -> float:  # the ε of the planned releases at noise multiplier z, as finish charges it
+        return GaussianReleases(sample_rate, z, planned_releases, sampler_name, steps_per_epoch * per_step,
+                                data_releases, neighbouring, bands, tree).epsilon(delta, spec.accountant)
+
     if method.private and method.count_release:
         extra = count_extra(spec.noise_multiplier)
     combined = None
@@ -344,8 +348,7 @@ def plan(spec: RunSpec, calibrate: bool = True,
                     raise ValueError(f"the gradient and count noise combine to {combined!r}, below the noise "
                                      f"multiplier {spec.noise_multiplier!r} they were solved for")
                 if calibrate:  # the ε the run will report, now rather than after training (the same, cached)
-                    GaussianReleases(sample_rate, combined, planned_releases, sampler_name, steps_per_epoch * per_step,
-                                     data_releases, neighbouring, bands, tree).epsilon(delta, spec.accountant)
+                    spent(combined)
             except ValueError as error:
                 raise UsageError(f"task {task_class.name}: {error}") from None
         else:
@@ -356,11 +359,8 @@ def plan(spec: RunSpec, calibrate: bool = True,
                 combined = calibrate_noise_multiplier(target_epsilon, delta, sample_rate, planned_releases,
                                                       spec.accountant, sampler_name, steps_per_epoch * per_step,
                                                       data_releases, neighbouring, bands, tree)
-                sigma, extra, combined = _meets_target(
-                    combined, count_extra if extra else None, target_epsilon,
-                    lambda z: GaussianReleases(sample_rate, z, planned_releases, sampler_name,
-                                               steps_per_epoch * per_step, data_releases, neighbouring, bands,
-                                               tree).epsilon(delta, spec.accountant))
+                sigma, extra, combined = _meets_target(combined, count_extra if extra else None, target_epsilon,
+                                                       spent)
             except ValueError as error:
                 raise UsageError(f"task {task_class.name}: {error}") from None
 

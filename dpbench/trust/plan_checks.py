@@ -10,7 +10,7 @@ from typing import Any
 import dp_accounting
 
 from dpbench import registry
-from dpbench.trust.recompute import Mismatch, _close, _event
+from dpbench.trust.recompute import Mismatch, _check_whole, _close, _event
 
 
 @functools.cache
@@ -163,10 +163,8 @@ def _plan(record: dict[str, Any]) -> tuple[float, int]:
     shuffled ones, steps = epochs × that, releases = k × steps. The engine draws every step's k batches and
     charges each (``training.PrivateTraining``): the count depends on the plan only."""
     hp, n, sampler = record["hyperparameters"], record["n_train"], record["sampler"]
-    for key in ("batch_size", "epochs"):  # as the engine takes them: whole numbers ≥ 1 (a fractional epochs
-        value = hp.get(key)  # charged a banded run √1.5 participations for 2: review of 27 November)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise Mismatch(f"hyperparameters.{key} is {value!r}, not a whole number ≥ 1")
+    for key in ("batch_size", "epochs"):  # as the engine takes them (review of 27 November)
+        _check_whole(hp.get(key), f"hyperparameters.{key}")
     k, batch, epochs = _releases_per_step(record), hp["batch_size"], hp["epochs"]
     q, steps, releases = record["sample_rate"], record["steps"], record["gradient_evaluations"]
     method = _builtin(record)
@@ -238,8 +236,7 @@ def _banded_sensitivity(record: dict[str, Any]) -> float:
     if not isinstance(found, dict) or found.get("kind") != "banded":
         raise Mismatch(f"a cyclic-sampler record without banded noise_correlation: {found!r}")
     bands, hp = found.get("bands"), record["hyperparameters"]
-    if isinstance(bands, bool) or not isinstance(bands, int) or bands < 1:
-        raise Mismatch(f"noise_correlation.bands is {bands!r}, not a whole number ≥ 1")
+    _check_whole(bands, "noise_correlation.bands")
     method = _builtin(record)
     if method is not None:
         declared = method.correlation(hp)

@@ -40,6 +40,12 @@ def _check_positive(value: Any, what: str) -> None:
         raise Mismatch(f"{what} is {value!r}, not a finite number > 0")
 
 
+def _check_whole(value: Any, what: str) -> None:
+    """A whole number ≥ 1, as the engine takes counts (a float epochs charged a banded run √1.5 participations for 2)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise Mismatch(f"{what} is {value!r}, not a whole number ≥ 1")
+
+
 def _check_delta(delta: Any, what: str = "delta") -> None:
     """δ a real number in (0, 1): at δ ≥ 1 every mechanism is (0, δ)-DP, and a bool is no δ."""
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:

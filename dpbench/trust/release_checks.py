@@ -10,7 +10,8 @@ import dp_accounting
 
 from dpbench.method import ReleaseMethod
 from dpbench.trust.plan_checks import _builtin, _classifiers
-from dpbench.trust.recompute import TOLERANCE, Mismatch, _at_least, _check_positive, _close, _epsilon, _error
+from dpbench.trust.recompute import (TOLERANCE, Mismatch, _at_least, _check_positive, _check_whole, _close, _epsilon,
+                                     _error)
 
 
 def _amp_budget(record: dict[str, Any]) -> tuple[float, float, float, float, float]:
@@ -97,8 +98,7 @@ def _check_output_sensitivities(record: dict[str, Any]) -> None:
         return
     hp, n = record["hyperparameters"], record["n_train"]
     for key in ("epochs", "batch_size"):
-        if isinstance(hp[key], bool) or not isinstance(hp[key], int) or hp[key] < 1:
-            raise Mismatch(f"output perturbation's {key} is {hp[key]!r}, not a whole number ≥ 1")
+        _check_whole(hp[key], f"output perturbation's {key}")
     lipschitz = hp["input_norm"]
     _check_positive(lipschitz, "input_norm")
     if hp["variant"] not in ("convex", "strongly_convex"):

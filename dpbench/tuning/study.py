@@ -67,15 +67,17 @@ def _utc(connection, _record) -> None:
     connection.commit()
 
 
-#: How long a SQLite connection waits for another's write lock before "database is locked".
-_SQLITE_WAIT = {"connect_args": {"timeout": 60}}
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    """SQLAlchemy engine options: a SQLite connection waits 60 s for another's write lock before "database is
+    locked" (its default 5 s killed the rebuild's sweep under load on 27 November)."""
+    return {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
 
 
 def _storage(url: str, heartbeat_interval: int, attempts: int = 5) -> optuna.storages.RDBStorage:
     """Optuna's RDB storage with heartbeats, and the release table. Workers starting together on an empty database
     can collide creating the tables (PostgreSQL's CREATE TABLE IF NOT EXISTS is not atomic; SQLite reports "table
     already exists" to the second of two sweep workers): retried."""
-    kwargs = _SQLITE_WAIT if url.startswith("sqlite") else {}
+    kwargs = _engine_kwargs(url)
     for attempt in range(attempts):
         try:
             with warnings.catch_warnings():
@@ -213,10 +215,8 @@ def _stored_seed(storage: optuna.storages.RDBStorage, name: str) -> int | None:
 
 
 def _release_once(url: str, name: str, record: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """Insert the study's released record unless another worker did first: (the stored record, whether we did).
-    SQLite waits for another worker's write as the study storage does (60 s; its default 5 s killed the rebuild's
-    sweep under load on 27 November)."""
-    db = sqlalchemy.create_engine(url, **_SQLITE_WAIT) if url.startswith("sqlite") else sqlalchemy.create_engine(url)
+    """Insert the study's released record unless another worker did first: (the stored record, whether we did)."""
+    db = sqlalchemy.create_engine(url, **_engine_kwargs(url))
     try:
         try:
             with db.begin() as connection:
