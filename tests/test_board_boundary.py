@@ -116,7 +116,8 @@ def test_selections_pressing_against_the_budget_are_listed_until_explained(capsy
                                  f"Holm-adjusted {3 * p:.2g}): epochs high at ε = 1, 2, 8"])
     exceptions = tmp_path / "exceptions.json"
     exceptions.write_text(json.dumps([{"kind": "boundary-hit", "task": "digits", "method": "dpsgd",
-                                       "track": "validation", "epsilons": "all", "reason": "a test of the check"}]))
+                                       "track": "validation", "epsilons": "all", "reason": "a test of the check",
+                                       "tested_by": "pytest"}]))
     assert check(capsys, "--exceptions", str(exceptions)) == (0, [])
 
 

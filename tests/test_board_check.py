@@ -48,7 +48,7 @@ def test_one_defect_is_exactly_one_violation_until_explained(capsys, tmp_path, k
     assert lines[0].startswith(f"{kind}: digits (add-remove) · none · {method} · ε = {epsilon}: ")
     exceptions = tmp_path / "exceptions.json"
     exceptions.write_text(json.dumps([{"kind": kind, "task": "digits", "method": method, "track": "none",
-                                       "epsilons": [epsilon], "reason": "a test of the check"}]))
+                                       "epsilons": [epsilon], "reason": "a test of the check", "tested_by": "pytest"}]))
     assert check(capsys, "--exceptions", str(exceptions)) == (0, [])
 
 
@@ -56,3 +56,42 @@ def test_a_decrease_names_every_smaller_epsilon_it_falls_below(capsys):
     board({"dpsgd": {1: 0.80, 2: 0.82, 8: 0.70}})
     assert check(capsys) == (1, ["decreasing: digits (add-remove) · none · dpsgd · ε = 8: 0.7000 at ε = 8 below "
                                  "0.8000 at ε = 1 (2 SE = 0.0070), 0.8200 at ε = 2 (2 SE = 0.0070)"])
+
+
+def test_one_entry_explains_one_cause_across_the_cells_it_names(capsys, tmp_path):
+    """An entry may name several tasks, methods or tracks (one cause, tested once); every name it lists must match a
+    violation, and an entry without the command that tests its cause is refused."""
+    board({**CLEAN, "dpsgd": {1: 0.60, 2: 0.82, 8: 0.84}, "dpgd": {1: 0.58, 2: 0.80, 8: 0.82}})
+    code, lines = check(capsys)
+    assert code == 1 and [line.split(":")[0] for line in lines] == ["below-majority", "collapsed"], lines
+    entry = {"kind": "collapsed", "task": "digits", "method": ["dpsgd"], "track": ["none"], "epsilons": [1],
+             "reason": "a test of the check", "tested_by": "pytest"}
+    exceptions = tmp_path / "exceptions.json"
+    exceptions.write_text(json.dumps([entry, {**entry, "kind": "below-majority", "method": ["dpgd"]}]))
+    assert check(capsys, "--exceptions", str(exceptions)) == (0, [])
+    both = {**entry, "kind": "below-majority", "method": ["dpgd", "dpsgd"]}  # dpsgd is collapsed, not below
+    exceptions.write_text(json.dumps([entry, both]))
+    code, lines = check(capsys, "--exceptions", str(exceptions))
+    assert code == 1 and len(lines) == 1 and lines[0].startswith(
+        "stale exception (method = dpsgd matches no violation): "), lines
+    exceptions.write_text(json.dumps([{**entry, "track": ["none", "validation"]}, both | {"method": "dpgd"}]))
+    code, lines = check(capsys, "--exceptions", str(exceptions))
+    assert code == 1 and len(lines) == 1 and lines[0].startswith(
+        "stale exception (track = validation matches no violation): "), lines
+    for wrong in ({key: value for key, value in entry.items() if key != "tested_by"}, {**entry, "tested_by": " "},
+                  {**entry, "method": []}, {**entry, "method": ["dpsgd", "dpsgd"]}, {**entry, "task": 3}):
+        exceptions.write_text(json.dumps([wrong]))
+        assert check(capsys, "--exceptions", str(exceptions))[0] == 2, wrong
+
+
+def test_a_wide_interval_is_reported_where_a_tie_may_rest_on_it():
+    """A cell wider than 0.1 is a violation in its column's tied set (≈), not where the comparison is decided: a
+    cell shown below the best, or a winner shown better despite its width."""
+    from dpbench.board.check import violations
+    from dpbench.board.model import build_tables
+    from dpbench.results import store
+
+    board({**CLEAN, "dpgd": {1: 0.78, 2: 0.80, 8: 0.70}}, ("dpgd", 8))  # 0.70 ± 0.07, far below dpsgd's 0.84
+    kinds = {(v.kind, v.method, v.epsilon) for v in violations(build_tables(store.load()))}
+    assert ("wide-interval", "dpgd", 8.0) not in kinds, kinds
+    assert ("decreasing", "dpgd", 8.0) in kinds  # the cell is seen: only its width is not a violation

@@ -1,6 +1,6 @@
 """Infeasible cells declared up front (dpbench/board/infeasible.py): a grid's declaration removes ``collapsed`` and
-``below-majority`` from exactly the cells it covers (n·ε below its threshold, or listed), and a declared cell that
-learns is reported (``infeasible-above-trivial``)."""
+``below-majority`` from exactly the cells it covers (n·ε_train below its threshold, per track, or listed), and a
+declared cell that learns is reported (``infeasible-above-trivial``)."""
 import json
 
 import pytest
@@ -9,7 +9,8 @@ from dpbench.board import infeasible
 from dpbench.board.model import Column, build_tables
 from dpbench.cli import main
 from dpbench.results import store
-from tests.test_board_check import CLEAN, board
+from tests.test_board_check import CLEAN, OFFSETS, board
+from tests.test_leaderboard import add_run
 
 #: n_train is 1000 in every record (tests.test_leaderboard.add_run): n·ε = 1000 at ε = 1. Nothing learns at ε = 1.
 DEAD = {"dpsgd": {1: 0.60, 2: 0.82, 8: 0.84}, "dpgd": {1: 0.58, 2: 0.80, 8: 0.82}}
@@ -57,7 +58,8 @@ def test_a_declared_cell_that_learns_is_reported_until_explained(capsys, tmp_pat
                                "infeasible, but its mean 0.6500 is significantly above the majority-class rate 0.6000")
     exceptions = tmp_path / "exceptions.json"
     exceptions.write_text(json.dumps([{"kind": "infeasible-above-trivial", "task": "digits", "method": "dpsgd",
-                                       "track": "none", "epsilons": [1], "reason": "a test of the check"}]))
+                                       "track": "none", "epsilons": [1], "reason": "a test of the check",
+                                       "tested_by": "pytest"}]))
     assert check(capsys, "--grid", grid, "--exceptions", str(exceptions)) == (0, [])
 
 
@@ -74,9 +76,50 @@ def test_declare_marks_the_tables_for_the_renderers():
     board(CLEAN)
     tables = infeasible.declare(build_tables(store.load()), infeasible.Declaration(n_epsilon_below=2001))
     private = [table for table in tables if table.delta is not None]
-    assert [table.infeasible for table in private] == [frozenset({1.0, 2.0})]  # n·ε = 1000, 2000 < 2001; 8000 not
-    assert private[0].declared_infeasible(Column(2.0, "target"))
-    assert not private[0].declared_infeasible(Column(8.0, "target"))
+    # n·ε = 1000, 2000 < 2001; 8000 not; the validation track holds only the non-private row: nothing declared there
+    assert [table.infeasible for table in private] == [frozenset({("none", 1.0), ("none", 2.0)})]
+    assert private[0].declared_infeasible(Column(2.0, "target"), "none")
+    assert private[0].declared_infeasible(Column(2.0, "target"))  # in every track that has runs at ε = 2
+    assert not private[0].declared_infeasible(Column(2.0, "target"), "validation")
+    assert not private[0].declared_infeasible(Column(8.0, "target"), "none")
+
+
+def _random_stopping(means, per_trial):
+    """The ``none`` track's cells of ``means`` again under random stopping, each trial at ``per_trial`` of ε."""
+    for seed, offset in enumerate(OFFSETS):
+        for method, by_epsilon in means.items():
+            for epsilon, mean in by_epsilon.items():
+                add_run(mean + offset, method=method, seed=seed, epsilon_target=epsilon, epsilon=epsilon,
+                        test_majority_rate=0.6, tuning={"mode": "random-stopping",
+                                                        "per_trial_epsilon": per_trial * epsilon})
+
+
+def test_random_stopping_is_declared_by_the_epsilon_each_trial_trains_at(capsys, tmp_path):
+    """n·ε = 2000 at ε = 2 is not below 600, but each random-stopping trial trains at a quarter of it: n·ε_train =
+    500. Dead cells there are declared in random stopping only; with the per-trial ε ignored (the rule on ε alone, as
+    before 27 November 2026) they are violations."""
+    board(CLEAN)
+    _random_stopping({"dpsgd": {2: 0.60, 8: 0.84}, "dpgd": {2: 0.58, 8: 0.82}}, 0.25)
+    tables = infeasible.declare(build_tables(store.load()), infeasible.Declaration(n_epsilon_below=600))
+    [table] = [table for table in tables if table.delta is not None]
+    assert table.infeasible == {("random-stopping", 2.0)}
+    assert not table.declared_infeasible(Column(2.0, "target"))  # not in every track
+    grid = grid_file(tmp_path, {"n_epsilon_below": 600})
+    assert check(capsys, "--grid", grid) == (0, [])
+    assert infeasible.training_epsilon(Column(2.0, "target"), [{"tuning": {"per_trial_epsilon": 1.0}},
+                                                               {"tuning": {"per_trial_epsilon": 1.2}}]) == 1.2
+    assert infeasible.training_epsilon(Column(2.0, "target"), [{"tuning": {"mode": "validation"}}]) == 2.0
+    records = tmp_path / "results.jsonl"
+    assert main(["leaderboard", "--format", "jsonl", "--out", str(records)]) == 0
+    capsys.readouterr()
+    assert main(["leaderboard", "--records", str(records), "--format", "md", "--grid", grid]) == 0
+    page = capsys.readouterr().out
+    tracks = page.split("### ")
+    [untuned] = [part for part in tracks if part.startswith("untuned") or part.startswith("none")]
+    [stopping] = [part for part in tracks if "random stopping" in part.split("\n")[0]
+                  or "random-stopping" in part.split("\n")[0]]
+    assert "ε = 2 · infeasible (declared)" in stopping and "ε = 8 · infeasible" not in stopping
+    assert "infeasible" not in untuned.split("\n\n#")[0]
 
 
 def test_the_renderers_head_a_declared_column_as_infeasible(capsys, tmp_path):

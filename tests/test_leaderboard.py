@@ -368,16 +368,16 @@ def test_check_lists_every_violation_until_each_is_explained(tmp_path, capsys):
     assert any(line.startswith("collapsed: digits (add-remove) · none · adaclip · ε = 1") for line in lines)
     assert len(lines) == 3
     explained = [{"kind": "collapsed", "task": "digits", "method": "adaclip", "track": "none", "epsilons": "all",
-                  "reason": "a test of the check"},
+                  "reason": "a test of the check", "tested_by": "pytest"},
                  {"kind": "decreasing", "task": "digits", "method": "dpgd", "track": "validation", "epsilons": [1],
-                  "reason": "a test of the check"}]
+                  "reason": "a test of the check", "tested_by": "pytest"}]
     (tmp_path / "exceptions.json").write_text(json.dumps(explained))
     assert main(["leaderboard", "--check", "--records", str(records)]) == 1
     assert capsys.readouterr().out.splitlines() == [line for line in lines if line.startswith("above-non-private")]
     stale = explained + [{"kind": "collapsed", "task": "adult", "method": "dpsgd", "track": "none", "epsilons": "all",
-                          "reason": "nothing like it"},
+                          "reason": "nothing like it", "tested_by": "pytest"},
                          {"kind": "above-non-private", "task": "digits", "method": "dpsgd", "track": "validation",
-                          "epsilons": [1], "reason": "a test of the check"}]
+                          "epsilons": [1], "reason": "a test of the check", "tested_by": "pytest"}]
     (tmp_path / "exceptions.json").write_text(json.dumps(stale))
     assert main(["leaderboard", "--check", "--records", str(records)]) == 1
     assert [line[:15] for line in capsys.readouterr().out.splitlines()] == ["stale exception"]

@@ -167,7 +167,7 @@ def test_check_lists_private_cells_above_the_reference_by_more_than_two_se_in_ev
         "0.8500 (2 SE = 0.0012)"]
     (tmp_path / "exceptions.json").write_text(json.dumps([
         {"kind": "above-reference", "task": "digits", "method": "dpsgd", "track": track, "epsilons": [1],
-         "reason": "a test of the check"} for track in ("none", "random-stopping")]))
+         "reason": "a test of the check", "tested_by": "pytest"} for track in ("none", "random-stopping")]))
     assert main(["leaderboard", "--check", "--records", str(records)]) == 0, capsys.readouterr()
 
 

@@ -79,7 +79,7 @@ def _track_table(table: Table, track: str, comparisons: Comparisons, labels: dic
     columns = reference.columns(table)
     marks = {column: comparisons.get((track, column), ({}, {}))[0] for column in columns}
     head = "".join(f"<th>{html.escape(text)}</th>" for text in
-                   ["method", "sampler", "accountant", *(table.column_label(c) for c in columns)])
+                   ["method", "sampler", "accountant", *(table.column_label(c, track) for c in columns)])
     body = []
     for row in table.rows(track):
         label = html.escape(reference.row_label(table, row, labels[row]))

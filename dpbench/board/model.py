@@ -34,8 +34,8 @@ How runs are grouped, so that no cell mixes runs that are not comparable:
   they are held apart (``Table.references``), in every table of their task, data id and metric, never ranked; what
   the board shows of them is :mod:`dpbench.board.reference`.
 * The grid's notes (:mod:`dpbench.board.notes`) mark the cells they name, a disclosure beside the value.
-* A private (task, ε) column the grid declares infeasible (:mod:`dpbench.board.infeasible`: nothing is expected to
-  learn there) is listed in ``Table.infeasible``, for the renderers to draw as "infeasible (declared)".
+* A private (track, ε) column of a task that the grid declares infeasible (:mod:`dpbench.board.infeasible`: nothing
+  is expected to learn there) is listed in ``Table.infeasible``, for the renderers to draw as "infeasible (declared)".
 """
 from __future__ import annotations
 
@@ -239,8 +239,9 @@ class Table:
     #: the audits of external plugins (``dpbench.trust.audit.audit_status``)
     audits: AuditEvidence = field(default_factory=AuditEvidence)
     references: dict[Row, Cell] = field(default_factory=dict)  # the task's converged non-private references
-    #: the private ε columns the grid declares infeasible (:mod:`dpbench.board.infeasible`; set by its ``declare``)
-    infeasible: frozenset[float] = field(default_factory=frozenset)
+    #: the (track, ε) of the private columns the grid declares infeasible (:mod:`dpbench.board.infeasible`; set by
+    #: its ``declare``)
+    infeasible: frozenset[tuple[str, float]] = field(default_factory=frozenset)
     #: the grid's notes (:mod:`dpbench.board.notes`; set by its ``annotate``): each noted cell's marks, and the
     #: (mark, text) of the notes this table shows
     cell_notes: dict[tuple[Row, Column], str] = field(default_factory=dict)
@@ -250,13 +251,20 @@ class Table:
     def direction(self) -> str | None:
         return metric_direction(self.metric)
 
-    def declared_infeasible(self, column: Column) -> bool:
-        """The grid declares this private column infeasible ("infeasible (declared)"; never ``collapsed``)."""
-        return column.kind != "non-private" and column.epsilon in self.infeasible
+    def declared_infeasible(self, column: Column, track: str | None = None) -> bool:
+        """The grid declares this private column of ``track`` infeasible ("infeasible (declared)"; never
+        ``collapsed``); without a track: in every track of the table that has runs in it."""
+        if column.kind == "non-private":
+            return False
+        if track is not None:
+            return (track, column.epsilon) in self.infeasible
+        present = {row.tuning for row, c in self.cells if c == column}
+        return bool(present) and all((t, column.epsilon) in self.infeasible for t in present)
 
-    def column_label(self, column: Column) -> str:
-        """The column's heading: its ε, and "infeasible (declared)" where the grid declares it so."""
-        return f"{column.label} · infeasible (declared)" if self.declared_infeasible(column) else column.label
+    def column_label(self, column: Column, track: str | None = None) -> str:
+        """The column's heading (in ``track``'s table; without one, for every track): its ε, and "infeasible
+        (declared)" where the grid declares it so."""
+        return f"{column.label} · infeasible (declared)" if self.declared_infeasible(column, track) else column.label
 
     @property
     def sign(self) -> int:

@@ -17,6 +17,7 @@ from dpbench.board.model import MARKS, TRACK_ORDER, Column, Row, Table, anchor, 
 
 NONE_ABOVE_TRIVIAL = "no cell above trivial"
 NOT_COMPARED = "not compared"
+DECLARED = "infeasible (declared)"
 EXPLAIN = ("Per task, ε and track: ▲ the winner (significantly above every other cell of its column) or ≈ the tied set "
            "(not significantly below the best), from the same one-sided Welch tests with Holm's correction as the "
            "tables below, whose last rows name the same; cells not above trivial (the majority-class rate) are never "
@@ -29,7 +30,7 @@ class Entry:
 
     mark: str | None  # "winner", "tied", or None (nothing marked)
     names: list[tuple[str, tuple[float, tuple[float, float] | None] | None]]  # row label, privacy cost
-    note: str = ""  # without a mark: why (NONE_ABOVE_TRIVIAL, NOT_COMPARED), "" where the track has no cell
+    note: str = ""  # without a mark: why (DECLARED, NONE_ABOVE_TRIVIAL, NOT_COMPARED), "" where the track has no cell
 
     def text(self) -> str:
         """As the sub-table's last row would put it (``best_text``), without the costs."""
@@ -68,6 +69,8 @@ def matrix(tables: list[Table], comparisons: list[Comparisons] | None = None,
                     by_track[track] = Entry(next(iter(marks.values())), names)
                 elif table.direction is None:
                     by_track[track] = Entry(None, [], NOT_COMPARED)
+                elif table.declared_infeasible(column, track):
+                    by_track[track] = Entry(None, [], DECLARED)
                 else:
                     trivial = all(cell.not_above_trivial for cell in cells.values())
                     by_track[track] = Entry(None, [], NONE_ABOVE_TRIVIAL if trivial else NOT_COMPARED)

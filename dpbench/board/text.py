@@ -136,7 +136,8 @@ def to_markdown(tables: list[Table], unmatched: list[PublishedResult]) -> str:
         lines += [f"Data: {note}" for note in table.data_notes] + ([""] if table.data_notes else [])
         for track in reference.tracks(table):
             lines += [f"### {tuning_label(track)}", "", TRACK_NOTES.get(track, ""), ""]
-            lines.append("| method | sampler | accountant | " + " | ".join(table.column_label(c) for c in columns) + " |")
+            lines.append("| method | sampler | accountant | " + " | ".join(table.column_label(c, track) for c in columns)
+                         + " |")
             lines.append("| --- " * (3 + len(columns)) + "|")
             marks = {column: comparisons.get((track, column), ({}, {}))[0] for column in columns}
             for row in table.rows(track):
