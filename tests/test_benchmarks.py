@@ -83,3 +83,49 @@ def test_every_privacy_mutant_finds_its_snippet_exactly_once():
         and ("::" not in m.first or f"def {m.first.split('::')[1].split('[')[0]}(" in (root / m.first.split("::")[0])
              .read_text()))]
     assert not missing, f"mutants whose first test does not exist: {missing}"
+
+
+def _script(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent.parent / "benchmarks" /
+                                                  f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_board_spread_compares_each_random_stopping_cell_with_its_validation_twin(tmp_path, capsys):
+    """Random stopping spread 4× validation's, on three seeds: the ratio, the seeds a 0.1-wide interval needs, and
+    the cell is a wide tie (it is the column's only cell of its track, so it is the best and tied with none)."""
+    from tests.test_leaderboard import add_run
+
+    spread = _script("board_spread")
+    for seed, offset in enumerate([-0.01, 0.0, 0.01]):
+        add_run(0.8 + offset, seed=seed, tuning={"mode": "validation"}, test_majority_rate=0.1)
+        add_run(0.8 + 4 * offset, seed=seed, tuning={"mode": "random-stopping"}, test_majority_rate=0.1)
+        add_run(0.7 + 4 * offset, method="dpgd", seed=seed, tuning={"mode": "random-stopping"}, test_majority_rate=0.1)
+    records = tmp_path / "results.jsonl"
+    from dpbench.cli import main
+
+    assert main(["leaderboard", "--format", "jsonl", "--out", str(records)]) == 0
+    capsys.readouterr()
+    assert spread.main([str(records)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    [row] = [line for line in lines if line.startswith("digits") and " dpsgd " in line]
+    assert row.split()[3:7] == ["0.0400", "0.0100", "4.00", str(spread.seeds_for_width(0.04))], row
+    assert spread.seeds_for_width(0.04) == 5  # 2·t(0.975, 3)·0.04/√4 = 0.127 > 0.1 ≥ 2·t(0.975, 4)·0.04/√5 = 0.0993
+    assert "median sd ratio (random stopping / validation) 4.00" in "\n".join(lines)
+
+
+def test_release_noise_reads_the_ratio_from_the_ledger(tmp_path, capsys, mirror):
+    """An output-perturbation record whose noise std is 2 on digits (p = 65) at radius 10: σ·√p/R = 1.61."""
+    noise = _script("release_noise")
+    record = {"kind": "run", "task": "digits", "method": "output_perturbation", "epsilon_target": 1.0,
+              "hyperparameters": {"radius": 10.0}, "test_majority_rate": 0.1, "metrics": {"test_accuracy": 0.1},
+              "privacy_ledger": [{"what": f"output noise, classifier {k} (one-vs-all)", "epsilon": 0.1,
+                                  "noise_std": 2.0} for k in range(10)]}
+    (tmp_path / "r.jsonl").write_text(json.dumps(record) + "\n")
+    assert noise.main([str(tmp_path / "r.jsonl")]) == 0
+    [row] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("digits")]
+    assert row.split()[3:7] == ["1", "10", "0.1", "1.61"], row
