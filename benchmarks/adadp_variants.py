@@ -26,7 +26,7 @@ from scipy import stats
 
 from dpbench.results.identity import identity
 from dpbench.results.records import check_stored
-from dpbench.run import engine, multiseed
+from dpbench.run import multiseed, planning
 from dpbench.spec import RunSpec
 from dpbench.tuning import validation
 
@@ -72,7 +72,7 @@ def main() -> None:
             for epsilon in EPSILONS:
                 spec = RunSpec(method=method, task=task, epsilon=epsilon, neighbouring="replace-one",
                                overrides=dict(fixed), progress_bar=False, no_wandb=True)
-                untuned = reused(runs, engine.describe(spec)) or multiseed.run_many(
+                untuned = reused(runs, planning.describe(spec)) or multiseed.run_many(
                     [replace(spec, seed=seed) for seed in SEEDS])
                 tuned = None if fixed else reused(runs, validation.describe(
                     task, method, epsilon, validation.TrackSettings(16), "replace-one"))

@@ -59,7 +59,7 @@ import pytorch_lightning as pl
 import pytorch_lightning.loops.evaluation_loop as loop
 phases["import the engine (PyTorch, Lightning)"] = time.perf_counter() - begin
 task.Task.prepare = timed("load the data, build the model", task.Task.prepare)
-engine.calibrate_noise_multiplier = timed("calibrate sigma", engine.calibrate_noise_multiplier)
+planning.calibrate_noise_multiplier = timed("calibrate sigma", planning.calibrate_noise_multiplier)
 pl.Trainer.fit = timed("fit (training and test passes)", pl.Trainer.fit)
 loop._EvaluationLoop.run = timed("test passes (inside fit)", loop._EvaluationLoop.run)
 engine.finish = timed("finish: epsilon, record, store", engine.finish)

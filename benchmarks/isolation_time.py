@@ -20,14 +20,14 @@ from dataclasses import replace
 import torch
 
 from dpbench.privacy.noise import GaussianNoise
-from dpbench.run import engine
+from dpbench.run import planning
 from dpbench.spec import RunSpec
 
 TASKS = ("mnist_mlp", "cifar10_cnn")
 
 
 def measure(task: str, method: str, rounds: int, steps: int) -> dict:
-    planned = engine.plan(RunSpec(method=method, task=task, epsilon=1.0, progress_bar=False, no_wandb=True))
+    planned = planning.plan(RunSpec(method=method, task=task, epsilon=1.0, progress_bar=False, no_wandb=True))
     batch = planned.hp["batch_size"]
     x, y = planned.task.augment(planned.data.x_train[:batch]), planned.data.y_train[:batch]
     isolated = replace(planned, spec=replace(planned.spec, isolate=True))

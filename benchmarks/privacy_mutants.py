@@ -50,7 +50,7 @@ class Mutant:
 
 MUTANTS = [
     Mutant("rate-2q", "sampling", "the Poisson sampler draws at 2q; record, calibration and ledger keep q",
-           "dpbench/run/engine.py", "sampler = PoissonSampler(n, sample_rate, steps_per_epoch, per_step, sampler_seed)",
+           "dpbench/run/planning.py", "sampler = PoissonSampler(n, sample_rate, steps_per_epoch, per_step, sampler_seed)",
            "sampler = PoissonSampler(n, min(1.0, 2 * sample_rate), steps_per_epoch, per_step, sampler_seed)",
            first="tests/test_guards.py"),
     Mutant("epoch-replay", "sampling", "every epoch replays epoch 0's batches (the bug fixed on 22 November 2026)",
@@ -70,7 +70,7 @@ MUTANTS = [
            "dpbench/privacy/affine.py", "return ((sq + error) * (1 + 2.0**-22)).float()",
            "return (t1.float() - 2 * t2.float() + t3.float()).clamp_min(0)", first="tests/test_adaclip.py"),
     Mutant("mixing-layers", "clipping", "layers that mix examples (batch norm) are no longer refused",
-           "dpbench/run/engine.py", "        guards.refuse_example_mixing(task, rows.first(data.x_test, 3))", "        pass",
+           "dpbench/run/planning.py", "        guards.refuse_example_mixing(task, rows.first(data.x_test, 3))", "        pass",
            first="tests/test_guards.py"),
     Mutant("ledger-one-per-step", "ledger", "one release charged per step, whatever the method drew (ADADP: 2)",
            "dpbench/run/training.py", "self.releases += len(batches)", "self.releases += 1", first="tests/test_ada_dp.py"),
@@ -79,19 +79,19 @@ MUTANTS = [
            "spent = planned.releases_charged(module.releases).epsilon(10 * planned.delta, spec.accountant)",
            first="tests/test_engine.py"),
     Mutant("calibrate-half-steps", "calibration", "σ calibrated for half the planned releases",
-           "dpbench/run/engine.py", "planned_releases = hp[\"epochs\"] * steps_per_epoch * per_step",
+           "dpbench/run/planning.py", "planned_releases = hp[\"epochs\"] * steps_per_epoch * per_step",
            "planned_releases = max(1, hp[\"epochs\"] * steps_per_epoch * per_step // 2)", first="tests/test_engine.py"),
     Mutant("pair-unchecked", "calibration", "the gradient's σ and the count's σ_b are not checked at the multiplier "
            "finish charges (ulps above the calibrated one, where the PLD's ε can exceed the target)",
-           "dpbench/run/engine.py", "        if not over_target(charged_epsilon(", "        if True or not over_target(charged_epsilon(",
+           "dpbench/run/planning.py", "        if not over_target(charged_epsilon(", "        if True or not over_target(charged_epsilon(",
            first="tests/test_adaptive_clipping.py::test_a_calibrated_pair_is_checked_at_the_multiplier_finish_charges"),
     Mutant("stepped-combined-unrecorded", "calibration", "a pair stepped up past a non-monotone ε records the first "
            "calibrated multiplier, not the one it was solved for (verify refuses the genuine record)",
-           "dpbench/run/engine.py", "                sigma, extra, combined = _meets_target(",
+           "dpbench/run/planning.py", "                sigma, extra, combined = _meets_target(",
            "                sigma, extra, _ = _meets_target(",
            first="tests/test_adaptive_clipping.py::test_a_calibrated_pair_is_checked_at_the_multiplier_finish_charges"),
     Mutant("trial-pair-unchecked", "tuning", "a tuning trial's (σ, σ_b) that combine below the trial's multiplier run",
-           "dpbench/run/engine.py", "                if spec.noise_is_combined and combined < spec.noise_multiplier:",
+           "dpbench/run/planning.py", "                if spec.noise_is_combined and combined < spec.noise_multiplier:",
            "                if False:",
            first="tests/test_adaptive_clipping.py::test_a_tuning_trials_pair_below_its_multiplier_is_refused_before_training"),
     Mutant("fractional-epochs-verified", "verify", "verify takes a fractional epochs (a banded run charged √1.5 "
@@ -119,7 +119,7 @@ MUTANTS = [
            first="tests/test_sweep.py::test_the_random_stopping_track_runs_the_count_and_correlated_methods_and_resumes"),
     Mutant("trial-correlation-after-training", "tuning", "a trial whose hyperparameters change the noise correlation "
            "trains before it fails", "dpbench/tuning/trials.py",
-           "    if engine.correlated_fields(found) != (trial.bands, trial.tree):",
+           "    if planning.correlated_fields(found) != (trial.bands, trial.tree):",
            "    if False:",
            first="tests/test_tuning.py::test_a_trial_whose_correlation_is_not_the_tunings_fails_before_training"),
     Mutant("validation-fields-unbound", "verify", "a tuned record's validation fields alone name its split (another "
@@ -320,10 +320,10 @@ MUTANTS = [
            'ValidationSplit(plan_.validation["fraction"], secret, plan_.validation["noise_multiplier"], 0,',
            first="tests/test_tuning.py"),
     Mutant("secret-seed-record-keeps-seed", "secret seed", "a --secret-seed run's record and W&B config carry its "
-           "seed", "dpbench/run/engine.py", '"secret" if spec.secret_seed else spec.seed, hp | options,',
+           "seed", "dpbench/run/planning.py", '"secret" if spec.secret_seed else spec.seed, hp | options,',
            "spec.seed, hp | options,", first="tests/test_cli.py"),
     Mutant("secret-seed-not-drawn", "secret seed", "--secret-seed runs with the default seed 0 (not from the OS's "
-           "entropy) and still says \"secret\"", "dpbench/run/engine.py",
+           "entropy) and still says \"secret\"", "dpbench/run/planning.py",
            "spec = replace(spec, seed=streams.secret_seed())", "spec = replace(spec, seed=spec.seed)",
            first="tests/test_cli.py"),
     Mutant("tuning-secret-seed-record-keeps-seed", "secret seed", "a --secret-seed study's record carries its seed",
@@ -508,12 +508,12 @@ MUTANTS = [
            "the ε passes)", "dpbench/trust/plan_checks.py", "    if parts != labels:", "    if False:",
            first="tests/test_verify.py"),
     Mutant("isolation-public-batches", "isolation", "an isolated run's batches come from the public seed, which the "
-           "method can read", "dpbench/run/engine.py",
+           "method can read", "dpbench/run/planning.py",
            "sampler_seed = streams.secret_seed() if spec.isolate and method.private else spec.seed",
            "sampler_seed = spec.seed",
            first="tests/test_isolation.py::test_an_isolated_runs_batches_are_not_the_public_seeds"),
     Mutant("isolation-loads-entry-points", "isolation", "installed packages' methods and tasks are imported into an "
-           "isolated run's training process", "dpbench/run/engine.py",
+           "isolated run's training process", "dpbench/run/planning.py",
            "registry.methods([], installed=False), registry.tasks([], installed=False)",
            "registry.methods([]), registry.tasks([])",
            first="tests/test_isolation.py::test_isolated_runs_never_load_installed_packages"),
@@ -525,7 +525,7 @@ MUTANTS = [
            "from its task's options (mnist_mlp adaclip without its DP-PCA passes)", "dpbench/trust/plan_checks.py",
            "    if recorded != expected:", "    if False:", first="tests/test_verify.py"),
     Mutant("engine-undeclared-release", "accounting", "a task may release from its training data other than it "
-           "declares (what verify recomputes)", "dpbench/run/engine.py",
+           "declares (what verify recomputes)", "dpbench/run/planning.py",
            "    if [event_fields(release.event) for release in data.private_releases] != declared:", "    if False:",
            first="tests/test_verify.py"),
     Mutant("verify-amp-tail-unchecked", "verify", "an AMP record whose b1 fails the proof's tail bound passes",
@@ -557,7 +557,7 @@ MUTANTS = [
            "for run in (error_norms < 0).nonzero()", first="tests/test_ghost.py"),
     Mutant("multiseed-release-method", "batched seeds", "a method that releases through dpbench.release.mechanisms.mechanisms is batched",
            "dpbench/run/multiseed.py",
-           "    if issubclass(engine.registered(first.method, first.task, first.plugins)[0], ReleaseMethod):\n",
+           "    if issubclass(planning.registered(first.method, first.task, first.plugins)[0], ReleaseMethod):\n",
            "    if False:\n", first="tests/test_multiseed.py"),
     Mutant("multiseed-reference-clipping", "batched seeds", "a run asking for the reference clipping is batched",
            "dpbench/run/multiseed.py", '    if any(spec.clipping != "fast" for spec in specs):\n', "    if False:\n",
@@ -604,7 +604,7 @@ MUTANTS = [
            "self.noise_seed = seed",
            first="tests/test_isolation.py::test_isolated_noise_has_a_secret_key_written_nowhere"),
     Mutant("isolation-record-no-noise-coins", "isolation", "an isolated run's record does not say its noise coins "
-           "are secret", "dpbench/run/engine.py",
+           "are secret", "dpbench/run/planning.py",
            '**({"noise_coins": "secret", "sampler_coins": "secret"} if spec.isolate and method.private else {}),',
            '**({"sampler_coins": "secret"} if spec.isolate and method.private else {}),', first="tests/test_isolation.py::test_isolated_noise_has_a_secret_key_written_nowhere"),
     Mutant("isolation-keeps-checkpoints", "isolation", "--isolate with checkpoints is not refused (a checkpoint "
@@ -750,17 +750,17 @@ MUTANTS = [
            "round(below / COUNT_GRID) * COUNT_GRID",
            first="tests/test_adaptive_clipping.py::test_count_noise_has_standard_deviation_sigma_b_and_mean_zero"),
     Mutant("count-not-charged", "count release", "the ledger charges the gradient's σ alone, not the pair's "
-           "combined noise multiplier", "dpbench/run/engine.py",
+           "combined noise multiplier", "dpbench/run/planning.py",
            'return combined_noise_multiplier(record["noise_multiplier"], extra) if extra else record["noise_multiplier"]',
            'return record["noise_multiplier"]',
            first="tests/test_adaptive_clipping.py::test_a_quantile_clip_record_charges_the_count_and_verify_recomputes_it"),
     Mutant("count-not-calibrated", "count release", "σ is calibrated as if the count were free (the gradient runs "
-           "at the pair's combined z)", "dpbench/run/engine.py",
+           "at the pair's combined z)", "dpbench/run/planning.py",
            "sigma, extra = _count_calibrated(combined, count_extra)",
            "sigma, extra = combined, count_extra(combined)",
            first="tests/test_adaptive_clipping.py::test_a_quantile_clip_record_charges_the_count_and_verify_recomputes_it"),
     Mutant("count-drawn-without-sigma", "count release", "the run draws the count's noise at B/20 (σ_b computed "
-           "without the gradient's σ) while its record and ε charge max(B/20, 5σ)", "dpbench/run/engine.py",
+           "without the gradient's σ) while its record and ε charge max(B/20, 5σ)", "dpbench/run/planning.py",
            'count = (self.record.get("extra_releases") or [{}])[0].get("noise_std")',
            'count = self.method.count_noise_std(self.hp, self.record["sample_rate"] * self.data.n_train) '
            'if self.method.private and self.method.count_release else None',
@@ -830,7 +830,7 @@ MUTANTS = [
            "return math.sqrt(math.fsum(c * c for c in coefficients(bands)))", "return 1.0",
            first="tests/test_correlated.py::test_coefficients_are_the_square_root_of_the_prefix_sum_matrix"),
     Mutant("banded-charged-as-one-band", "correlated noise", "the engine calibrates and charges b = 1 whatever the "
-           "method's bands", "dpbench/run/engine.py",
+           "method's bands", "dpbench/run/planning.py",
            'return getattr(correlation, "bands", 0), isinstance(correlation, correlated.Tree)',
            'return min(1, getattr(correlation, "bands", 0)), isinstance(correlation, correlated.Tree)',
            first="tests/test_correlated.py::test_a_bandmf_record_is_charged_and_verify_recomputes_it"),

@@ -5,7 +5,7 @@ Optuna); those modules import their choices from here."""
 ACCOUNTANTS = ("pld", "rdp")  # dpbench.privacy.accounting
 SAMPLERS = ("poisson", "shuffle", "cyclic")  # dpbench.privacy.accounting: batch samplers (cyclic: correlated noise)
 NEIGHBOURING = ("add-remove", "replace-one")  # dpbench.privacy.accounting
-CLIPPING = ("fast", "reference")  # dpbench.run.engine: ghost norms, or materialized per-example gradients (vmap)
+CLIPPING = ("fast", "reference")  # dpbench.run.planning: ghost norms, or materialized per-example gradients (vmap)
 GAUSSIAN_SAMPLERS = ("fast", "torch")  # dpbench.privacy.noise: ``fast`` dpbench's sampler on the CPU, PyTorch's elsewhere
 TUNING_MODES = ("random-stopping", "adaptive", "oracle")  # dpbench.tuning.tune
 REFERENCE_MODE = "reference"  # dpbench.tuning.reference: the converged non-private references

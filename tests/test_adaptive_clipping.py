@@ -22,7 +22,7 @@ from dpbench.privacy import accounting
 from dpbench.privacy.clipping import MIN_GAMMA, VmapClipper, check_gamma, clip_factors
 from dpbench.privacy.ghost import GhostClipper, make_clipper
 from dpbench.privacy.sampling import IndexedTensors, PoissonSampler
-from dpbench.run import engine, multiseed
+from dpbench.run import engine, multiseed, planning
 from dpbench.run.training import COUNT_GRID, PrivateTraining
 from dpbench.spec import RunSpec, resolve_hyperparameters
 from dpbench.trust import plan_checks, record_checks, verify
@@ -426,8 +426,8 @@ def test_a_count_noise_rule_without_a_fixed_point_is_refused_in_one_line(monkeyp
     """A plugin's σ_b that jumps with σ can make the fixed-point iteration alternate: refused, not an endless loop."""
     extra = lambda sigma: ((accounting.COUNT_SENSITIVITY, 0.6 if sigma is None or sigma < 1.1 else 100.0),)
     with pytest.raises(UsageError, match="no fixed point near the noise multiplier 1"):
-        engine._count_calibrated(1.0, extra)
-    sigma, found = engine._count_calibrated(1.0, lambda sigma: ((0.5, 7.0),))  # a fixed σ_b: one step
+        planning._count_calibrated(1.0, extra)
+    sigma, found = planning._count_calibrated(1.0, lambda sigma: ((0.5, 7.0),))  # a fixed σ_b: one step
     assert found == ((0.5, 7.0),) and accounting.combined_noise_multiplier(sigma, found) >= 1.0
 
 
@@ -443,14 +443,14 @@ def test_a_calibrated_pair_is_checked_at_the_multiplier_finish_charges(mirror, o
                    no_wandb=True, epsilon=0.1, seed=streams.child_seed(settings.seed, "validation-trial", 7, 0),
                    overrides={"lr": 19.738682784378174, "momentum": 0.0, "epochs": 80, "batch_size": 256},
                    validation=track_split(settings), append_to_store=False)
-    planned = engine.plan(spec)
+    planned = planning.plan(spec)
     releases = planned.hp["epochs"] * planned.steps_per_epoch * planned.method.releases_per_step
     spent = planned.releases_charged(releases).epsilon(planned.delta, spec.accountant)
     assert spent <= 0.1 * (1 + 1e-9), spent  # what finish refuses above
     combined = planned.record["combined_noise_multiplier"]
     assert 81.76374109330388 < combined <= 81.76374109330388 * (1 + 1e-4) ** 2  # stepped, once or twice
     # the recorded multiplier is the pair's (review: it kept the first z, and verify refused the record)
-    assert combined == pytest.approx(engine.charged_noise_multiplier(planned.record), rel=1e-12)
+    assert combined == pytest.approx(planning.charged_noise_multiplier(planned.record), rel=1e-12)
     assert plan_checks._charged_sigma(planned.record) == pytest.approx(combined, rel=1e-12)
 
 
@@ -459,10 +459,10 @@ def test_a_tuning_trials_pair_below_its_multiplier_is_refused_before_training(mo
     plan refuses it before any step (the gradient at z with the count on top, here)."""
     spec = RunSpec(method="quantile_clip", task="digits", noise_multiplier=2.0, noise_is_combined=True,
                    overrides={"epochs": 1}, progress_bar=False, no_wandb=True, append_to_store=False)
-    assert engine.charged_noise_multiplier(engine.plan(spec, calibrate=False).record) >= 2.0
-    monkeypatch.setattr(engine, "_count_calibrated", lambda z, count_extra: (z, count_extra(z)))
+    assert planning.charged_noise_multiplier(planning.plan(spec, calibrate=False).record) >= 2.0
+    monkeypatch.setattr(planning, "_count_calibrated", lambda z, count_extra: (z, count_extra(z)))
     with pytest.raises(UsageError, match="below the noise multiplier 2.0 they were solved for"):
-        engine.plan(spec, calibrate=False)
+        planning.plan(spec, calibrate=False)
 
 
 def test_meets_target_steps_up_past_a_non_monotone_epsilon():
@@ -475,12 +475,12 @@ def test_meets_target_steps_up_past_a_non_monotone_epsilon():
         return 1.0 + 1e-8 if z < 2.0 * (1 + 1e-4) else 0.99
 
     stepped = pytest.approx(2.0 * (1 + 1e-4), rel=1e-15)
-    assert engine._meets_target(2.0, None, 1.0, charged) == (stepped, (), stepped)
+    assert planning._meets_target(2.0, None, 1.0, charged) == (stepped, (), stepped)
     assert len(seen) == 2
-    sigma, extra, combined = engine._meets_target(2.0, lambda s: ((0.5, 5 * s),), 1.0, charged)
+    sigma, extra, combined = planning._meets_target(2.0, lambda s: ((0.5, 5 * s),), 1.0, charged)
     assert combined == stepped and combined <= accounting.combined_noise_multiplier(sigma, extra) <= combined * (1 + 1e-12)
     with pytest.raises(ValueError, match="within 8 steps"):
-        engine._meets_target(2.0, None, 1.0, lambda z: 1.1)
+        planning._meets_target(2.0, None, 1.0, lambda z: 1.1)
 
 
 @pytest.mark.parametrize("relation", ["add-remove", "replace-one"])
@@ -603,7 +603,7 @@ def test_automatic_scaling_uses_norms_that_cannot_cancel():
         sums, _ = clipper.clipped_sum(task, x, torch.ones(1), 1.0, gamma=0.01)
         worst = max(worst, float(sums[0].double().norm()))
     assert worst <= 1.0
-    planned = engine.plan(RunSpec(method="autoclip", task="breast_cancer", epsilon=1.0, progress_bar=False,
+    planned = planning.plan(RunSpec(method="autoclip", task="breast_cancer", epsilon=1.0, progress_bar=False,
                                   no_wandb=True, append_to_store=False))
     assert planned.module().clipper.name == "ghost-exact"
 

@@ -20,7 +20,7 @@ from dpbench.cli import main
 from dpbench.errors import PrivacyCheckFailed
 from dpbench.privacy import accounting, correlated
 from dpbench.privacy.sampling import CyclicSampler, IndexedTensors
-from dpbench.run import engine, multiseed
+from dpbench.run import engine, multiseed, planning
 from dpbench.run.training import PrivateTraining
 from dpbench.spec import RunSpec, resolve_hyperparameters
 from dpbench.trust import record_checks, verify
@@ -583,7 +583,7 @@ def test_a_dpftrl_record_is_charged_and_verify_recomputes_it(capsys, one_thread)
 def test_dpftrl_is_accounted_by_rdp_whatever_the_accountant_asked(one_thread):
     spec = RunSpec(method="dpftrl", task="breast_cancer", epsilon=1.0, overrides={"epochs": 1}, progress_bar=False,
                    no_wandb=True, append_to_store=False)
-    planned = engine.plan(spec)
+    planned = planning.plan(spec)
     assert planned.record["accountant"] == planned.spec.accountant == "rdp"
 
 

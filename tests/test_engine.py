@@ -197,10 +197,10 @@ def test_every_epoch_draws_fresh_batches(sampler, monkeypatch):
 def test_a_size_given_as_anything_but_an_int_is_refused_before_training(key, value):
     """Review of 27 November: 64.0 trained, and verify (which takes only ints: a fractional epochs undercounted a
     banded run's participations) refused its genuine record."""
-    from dpbench.run import engine
+    from dpbench.run import planning
     from dpbench.spec import RunSpec
 
     spec = RunSpec(method="dpsgd", task="digits", epsilon=1.0, overrides={key: value}, progress_bar=False,
                    no_wandb=True, append_to_store=False)
     with pytest.raises(UsageError, match=f"{key} must be a whole number >= 1, got {value!r}"):
-        engine.plan(spec)
+        planning.plan(spec)

@@ -33,7 +33,7 @@ from dpbench.cli import main
 from dpbench.release import runner
 from dpbench.results import store, tracking
 from dpbench.results.records import LEDGER_VERSION
-from dpbench.run import engine
+from dpbench.run import planning
 from dpbench.spec import ENGINE_DEFAULTS
 from dpbench.tuning import plan as tuning_plan, tune
 
@@ -74,8 +74,8 @@ def sandbox(tmp_path, monkeypatch):
     monkeypatch.setattr(tune, "open_study", _trained)
     monkeypatch.setattr(tuning_plan, "calibrate_trial_noise", lambda *args: 1.0)
     monkeypatch.setattr(tuning_plan, "score_noise_multiplier", lambda trial: 1.0)
-    monkeypatch.setattr(engine, "calibrate_noise_multiplier", lambda *args: 1.0)
-    monkeypatch.setattr(engine.GaussianReleases, "epsilon", lambda self, delta, accountant="pld": 1.0)
+    monkeypatch.setattr(planning, "calibrate_noise_multiplier", lambda *args: 1.0)
+    monkeypatch.setattr(planning.GaussianReleases, "epsilon", lambda self, delta, accountant="pld": 1.0)
     monkeypatch.setattr(tracking, "records_from_wandb", lambda path: WANDB_RECORDS)  # no network
     folder = tmp_path / "sandbox"
     (folder / "empty").mkdir(parents=True)

@@ -16,7 +16,7 @@ from dpbench.cli import main
 from dpbench.errors import UsageError
 from dpbench.privacy import guards, sampling
 from dpbench.results import store
-from dpbench.run import engine, multiseed
+from dpbench.run import engine, multiseed, planning
 from dpbench.spec import RunSpec
 from dpbench.tasks.linear import Digits
 from dpbench.tuning.accounting import ValidationSplit
@@ -116,11 +116,11 @@ def test_the_check_leaves_the_model_as_it_was():
 def test_a_run_spending_more_than_the_tasks_default_target_is_not_recorded(monkeypatch, capsys):
     """The guard compared only with --epsilon: with σ halved and no --epsilon, ε = 2.55 was recorded against the
     task's target 1.0."""
-    real = engine.calibrate_noise_multiplier
-    monkeypatch.setattr(engine, "calibrate_noise_multiplier", lambda *args: real(*args) / 2)
+    real = planning.calibrate_noise_multiplier
+    monkeypatch.setattr(planning, "calibrate_noise_multiplier", lambda *args: real(*args) / 2)
     code = main(["run", "--method", "dpsgd", "--task", "digits", "--epochs", "2", "--no-wandb"])
     assert code == 2 and "calibration failed" in capsys.readouterr().err  # plan checks it before training
-    monkeypatch.setattr(engine, "_meets_target", lambda combined, *args: (combined, (), combined))  # and if not:
+    monkeypatch.setattr(planning, "_meets_target", lambda combined, *args: (combined, (), combined))  # and if not:
     code = main(["run", "--method", "dpsgd", "--task", "digits", "--epochs", "2", "--no-wandb"])
     assert code == 1 and "exceeds the target" in capsys.readouterr().err
     assert store.load() == []
@@ -135,7 +135,7 @@ def test_a_sampler_drawing_at_another_rate_than_the_record_is_refused(monkeypatc
         def __init__(self, n, sample_rate, *args):
             super().__init__(n, min(1.0, sample_rate * factor), *args)
 
-    monkeypatch.setattr(engine, "PoissonSampler", Miswired)
+    monkeypatch.setattr(planning, "PoissonSampler", Miswired)
     code = main(["run", "--method", "dpsgd", "--task", "digits", "--epsilon", "1", "--no-wandb"])
     assert code == 1 and "does not draw at the rate" in capsys.readouterr().err
     assert store.load() == []

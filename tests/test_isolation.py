@@ -19,7 +19,7 @@ from dpbench.method import GradientMechanism, Method
 from dpbench.methods.dpsgd import DPSGD
 from dpbench.privacy import streams
 from dpbench.results import records, store
-from dpbench.run import engine, isolation
+from dpbench.run import engine, isolation, planning
 from dpbench.spec import RunSpec
 
 CHEATERS = str(Path(__file__).parent / "cheaters")
@@ -100,7 +100,7 @@ def test_an_isolated_runs_batches_are_not_the_public_seeds(monkeypatch):
     knew every batch's members, and the ε that holds against it was about 5, not 1, on digits at its defaults."""
     monkeypatch.setattr(streams, "secret_seed", lambda: 12345)
     spec = dict(method="dpsgd", task="digits", epsilon=1.0, progress_bar=False, no_wandb=True)
-    public, isolated = (engine.plan(RunSpec(**spec, isolate=isolate), calibrate=False) for isolate in (False, True))
+    public, isolated = (planning.plan(RunSpec(**spec, isolate=isolate), calibrate=False) for isolate in (False, True))
     assert isolated.record["sampler_coins"] == "secret" and "sampler_coins" not in public.record
     first_batches = [[batch.tolist() for batch in step] for step, _ in zip(public.sampler, range(3))]
     assert first_batches != [[batch.tolist() for batch in step] for step, _ in zip(isolated.sampler, range(3))]
@@ -117,7 +117,7 @@ def test_isolated_runs_never_load_installed_packages(monkeypatch):
             raise AssertionError("an installed package's code ran in the training process")
 
     monkeypatch.setattr(registry, "_entry_points", lambda group, path: (Entry(),))
-    method, task = engine.registered("dpsgd", "digits", [], isolate=True)
+    method, task = planning.registered("dpsgd", "digits", [], isolate=True)
     assert (method.name, task.name, loaded) == ("dpsgd", "digits", [])
 
 

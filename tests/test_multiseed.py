@@ -13,7 +13,7 @@ from dpbench.privacy.clipping import clip_factors
 from dpbench.privacy.ghost import GhostClipper
 from dpbench.privacy.sampling import IndexedTensors, PoissonSampler
 from dpbench.results import store
-from dpbench.run import engine, multiseed
+from dpbench.run import multiseed, planning
 from dpbench.run.engine import run
 from dpbench.run.training import PrivateTraining
 from dpbench.spec import RunSpec, resolve_hyperparameters
@@ -397,7 +397,7 @@ def test_consecutive_batched_releases_are_the_engines(method_name):
     tree state carried from release to release."""
     spec = RunSpec(method=method_name, task="digits", epsilon=1.0, overrides={"epochs": 1}, progress_bar=False,
                    no_wandb=True, append_to_store=False)
-    alone, together = (engine.plan(spec).module() for _ in range(2))
+    alone, together = (planning.plan(spec).module() for _ in range(2))
     for module in (alone, together):
         module.on_fit_start()
     data = alone.task.data
@@ -469,7 +469,7 @@ def test_an_example_whose_loss_overflowed_is_counted_above_c_in_a_batch_as_alone
     only by way of its norm (an overflowed loss zeroes the output gradient, whose norm is then 0 ≤ C: +½)."""
     spec = RunSpec(method="quantile_clip", task="digits", epsilon=1.0, overrides={"epochs": 1}, progress_bar=False,
                    no_wandb=True, append_to_store=False)
-    alone, together = (engine.plan(spec).module() for _ in range(2))
+    alone, together = (planning.plan(spec).module() for _ in range(2))
     generator = torch.Generator().manual_seed(2)
     x = torch.rand(65, 64, generator=generator)
     direction = torch.nn.functional.normalize(torch.rand(64, generator=generator), dim=0)
@@ -495,7 +495,7 @@ def test_a_whole_set_batch_of_repeated_examples_releases_as_alone(method_name):
     whose norm is not finite."""
     spec = RunSpec(method=method_name, task="digits", epsilon=1.0, overrides={"epochs": 1}, progress_bar=False,
                    no_wandb=True, append_to_store=False)
-    alone, first, second = (engine.plan(spec).module() for _ in range(3))
+    alone, first, second = (planning.plan(spec).module() for _ in range(3))
     for module in (alone, first, second):
         module.on_fit_start()
     second.noise = type(second.noise)(7)  # another run's stream

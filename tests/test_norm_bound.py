@@ -8,7 +8,7 @@ import torch
 
 from dpbench.cli import main
 from dpbench.privacy.clipping import VmapClipper
-from dpbench.run import engine, training
+from dpbench.run import planning, training
 from dpbench.task import TaskData
 from dpbench.tasks.linear import LinearClassification, MNISTLogReg
 from dpbench.tasks.mnist import MNISTMLP
@@ -92,7 +92,7 @@ def test_released_noise_has_std_sigma_times_the_bound_over_expected_batch_size(t
             super().__init__(*args, **kwargs)
             modules.append(self)
 
-    monkeypatch.setattr(engine, "PrivateTraining", Recorded)
+    monkeypatch.setattr(planning, "PrivateTraining", Recorded)
     assert main(["run", "--method", "norm_bound", "--task", task, "--noise-multiplier", "3", "--epochs", "1",
                  "--json"]) == 0
     record = json.loads(capsys.readouterr().out)

@@ -13,7 +13,7 @@ import pytest
 
 from dpbench import registry
 from dpbench.errors import UsageError
-from dpbench.run import engine
+from dpbench.run import planning
 from dpbench.spec import RunSpec
 from dpbench.tuning.validation import search_space
 
@@ -44,7 +44,7 @@ def test_every_corner_of_a_builtin_search_space_is_accepted(name):
     refused = []
     for corner in _corners(search_space(method, task)):
         try:
-            engine.describe_record(replace(spec, overrides=corner))
+            planning.describe_record(replace(spec, overrides=corner))
         except UsageError as error:
             refused.append(f"{corner}: {error}")
     assert not refused, f"{len(refused)} corners refused, e.g. {refused[0]}"

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dpbench.privacy import sampling, streams
-from dpbench.run import engine
+from dpbench.run import planning
 from dpbench.spec import RunSpec
 from dpbench.tuning import tune
 from dpbench.tuning.accounting import ValidationSplit
@@ -63,7 +63,7 @@ def reconstructed_first_batch(weight: torch.Tensor, n: int, sample_rate: float) 
 
 
 def test_initial_weights_do_not_reveal_which_examples_the_first_batch_holds(mirror):
-    planned = engine.plan(RunSpec(method="dpsgd", task="mnist_mlp", epsilon=1.0, seed=0, progress_bar=False))
+    planned = planning.plan(RunSpec(method="dpsgd", task="mnist_mlp", epsilon=1.0, seed=0, progress_bar=False))
     weight = planned.task.model[0].weight.detach()
     planned.sampler.set_epoch(0)
     actual = next(iter(planned.sampler))[0]
@@ -106,7 +106,7 @@ def test_a_trials_score_noise_is_not_another_trials_batch_draw():
 
 @pytest.mark.parametrize("seed", [0, 1, 7])
 def test_the_engine_draws_each_purpose_from_its_own_stream(seed):
-    planned = engine.plan(RunSpec(method="dpsgd", task="digits", epsilon=1.0, seed=seed, progress_bar=False))
+    planned = planning.plan(RunSpec(method="dpsgd", task="digits", epsilon=1.0, seed=seed, progress_bar=False))
     module = planned.module()
     module.on_fit_start()
     assert module.noise.key == streams.derive(seed, "gradient-noise")

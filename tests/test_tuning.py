@@ -19,7 +19,7 @@ from dpbench.cli import main
 from dpbench.privacy import streams
 from dpbench.privacy.accounting import GaussianReleases
 from dpbench.results import records, store
-from dpbench.run import engine
+from dpbench.run import engine, planning
 from dpbench.spec import RunSpec
 from dpbench.trust import record_checks
 from dpbench.tuning import search, tune
@@ -312,7 +312,7 @@ def trial_coins(plan_, secret, number):
     study = optuna.create_study(direction="maximize", sampler=_sampler(plan_, secret, number))
     params = study.ask(plan_.distributions).params
     spec = _trial_run_spec(plan_, params, number, secret)
-    (batch,) = next(iter(engine.plan(spec, calibrate=False).sampler))  # one release per step
+    (batch,) = next(iter(planning.plan(spec, calibrate=False).sampler))  # one release per step
     fraction, n = spec.validation.fraction, 1000
     score = spec.validation.score(_Constant(), (torch.zeros(4, 1), torch.zeros(4), n))["noisy_accuracy"]
     return {"run seed": spec.seed, "search draw": tuple(sorted(params.items())),
@@ -379,7 +379,7 @@ def test_a_count_methods_trials_draw_the_combined_noise_the_tuning_charges(capsy
     record = tune_json(capsys, "--method", "quantile_clip", "--task", "digits", "--epsilon", "1", *FAST)
     z = record["tuning"]["noise_multiplier"]
     trial_records = [t.user_attrs["record"] for t in study_of(record).get_trials()]
-    assert trial_records and all(engine.charged_noise_multiplier(r) >= z and r["noise_multiplier"] > z * 1.001
+    assert trial_records and all(planning.charged_noise_multiplier(r) >= z and r["noise_multiplier"] > z * 1.001
                                  for r in trial_records)
     assert record["epsilon"] <= 1.0 and reproduce_total(record) == pytest.approx(record["epsilon"], rel=0.01)
 

@@ -61,7 +61,7 @@ from dpbench.privacy.accounting import NEIGHBOURING
 from dpbench.results import store
 from dpbench.results.identity import identity as record_identity
 from dpbench.results.records import check_stored
-from dpbench.run import allocator, engine, multiseed
+from dpbench.run import allocator, multiseed, planning
 from dpbench.spec import RunSpec
 from dpbench.tuning import claims, reference, released, tune, validation
 
@@ -192,7 +192,7 @@ def identity(cell: Cell) -> str:
     if cell.track == REFERENCE_MODE:
         return reference.describe(cell.task)
     if cell.track == "none":
-        return engine.describe(spec)
+        return planning.describe(spec)
     if cell.track == "validation":
         return validation.describe(cell.task, cell.method, cell.epsilon, validation.TrackSettings(cell.trials),
                                    cell.neighbouring)
@@ -200,7 +200,7 @@ def identity(cell: Cell) -> str:
     if not method.private:
         raise UsageError(f"{cell.method} is not private: the random-stopping track does not apply")
     plan_ = tune.plan(_tune_specs(cell, (0,))[0], calibrate=False)  # σ is calibrated when the cell runs
-    planned = engine.describe_record(replace(spec, neighbouring=plan_.trial.neighbouring, epsilon=None,
+    planned = planning.describe_record(replace(spec, neighbouring=plan_.trial.neighbouring, epsilon=None,
                                              noise_multiplier=1.0, sampler=None if plan_.trial.kind == "output"
                                              else plan_.trial.sampler))
     return record_identity({**planned, "epsilon_target": cell.epsilon, "neighbouring": plan_.trial.neighbouring,

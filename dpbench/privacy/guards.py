@@ -31,7 +31,7 @@ SAMPLING_TAIL = 1e-20
 
 
 def refuse_example_mixing(task: Task, public_inputs: torch.Tensor) -> None:
-    """Raise :class:`~dpbench.run.engine.UsageError` if ``task.model`` mixes examples or changes buffers in training.
+    """Raise :class:`~dpbench.errors.UsageError` if ``task.model`` mixes examples or changes buffers in training.
 
     Checked three ways: batch normalization layers by type; a forward pass in training mode on three public
     (test) inputs that changes any buffer; and any module's outputs for examples 2 and 3 changing when example 1

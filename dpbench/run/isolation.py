@@ -205,7 +205,7 @@ def stand_in(facts: dict[str, Any], folders: list[str], files: dict[str, str],
         raise UsageError(f"plugin method {name}: its isolated process named {str(facts['file'])[:200]!r} as its "
                          f"file, which is none of its plugin folders' files")
     hashed = {**files, **{path: records.file_sha256(path) for path in _built_in_files(facts["built_in"])}}
-    # Built-in methods never get here (dpbench.run.engine.registered): whatever the child says of its module's name (a
+    # Built-in methods never get here (dpbench.run.planning.registered): whatever the child says of its module's name (a
     # plugin can call itself dpbench.methods.x), a described method is an external plugin.
     attributes = dict(facts["attributes"], isolated_folders=tuple(folders), isolated_sources=sources,
                       code={"name": name, "file": facts["file"], "external": True,

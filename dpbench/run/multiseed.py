@@ -56,7 +56,7 @@ from dpbench.privacy.clipping import CoordinateAffine, check_gamma, clip_factors
 from dpbench.privacy.affine import affine_clipped_sum, affine_sq_norm_bound
 from dpbench.privacy.sampling import IndexedTensors
 from dpbench.results import tracking
-from dpbench.run import engine
+from dpbench.run import engine, planning
 from dpbench.run.training import PrivateTraining
 from dpbench.spec import RunSpec
 from dpbench.task import Task
@@ -357,13 +357,13 @@ def run_batch(specs: list[RunSpec]) -> list[dict[str, Any]]:
     curves.
     """
     first = specs[0]
-    if issubclass(engine.registered(first.method, first.task, first.plugins)[0], ReleaseMethod):
+    if issubclass(planning.registered(first.method, first.task, first.plugins)[0], ReleaseMethod):
         raise NotBatchable(f"{first.method} releases through dpbench.release.mechanisms, not by gradient steps")
     if any(spec.clipping != "fast" for spec in specs):
         raise NotBatchable("only the fast clipping path is batched")
     if len({(spec.method, spec.task, tuple(spec.plugins)) for spec in specs}) > 1:
         raise NotBatchable("batched runs must share the method and the task")
-    planned = [engine.plan(spec) for spec in specs]
+    planned = [planning.plan(spec) for spec in specs]
     modules = [run.module() for run in planned]
     for module in modules:
         check_batchable(module)
@@ -418,7 +418,7 @@ def run_many(specs: list[RunSpec], on_done: Callable[[int], None] | None = None,
     accepted, rows_per_step = [], []
     for index, spec in enumerate(specs):
         try:
-            described = engine.describe_record(spec)
+            described = planning.describe_record(spec)
             accepted.append(index)
             rows_per_step.append((described.get("sample_rate") or 1.0) * (described.get("n_train") or 0))
         except UsageError as error:

@@ -106,7 +106,7 @@ def check_correlation(spec: RunSpec, method: type[Method], hp: dict, sampler_nam
     than ``banded(b)`` and ``tree()``; another sampler than ``cyclic`` (and ``cyclic`` without one); several releases
     per step; automatic scaling, a moving clip norm or a count release; ``--isolate`` (the isolated process does not
     forward it). (Several devices: refused before, by :func:`check_devices`, for the cyclic sampler.) (The tree is accounted by RDP whatever
-    the accountant asked: ``dpbench.run.engine.plan``; the record says ``"accountant": "rdp"``.) Batched seeds and trials keep each run's state (``dpbench.run.multiseed``);
+    the accountant asked: ``dpbench.run.planning.plan``; the record says ``"accountant": "rdp"``.) Batched seeds and trials keep each run's state (``dpbench.run.multiseed``);
     private tuning charges it as its trials' mechanism (``dpbench.tuning.plan``, which runs this check first)."""
     from dpbench.privacy import correlated, noise  # imported here: they import torch and dp-accounting
 

@@ -43,7 +43,7 @@ from dpbench.errors import UsageError
 from dpbench.method import Method, ReleaseMethod
 from dpbench.privacy import streams
 from dpbench.results import records, store
-from dpbench.run import engine, isolation
+from dpbench.run import engine, isolation, planning
 from dpbench.spec import RunSpec
 from dpbench.task import Task
 from dpbench.trust.canaries import OBSERVERS, Canaries
@@ -138,7 +138,7 @@ def _check(spec: AuditSpec) -> tuple[type[Method], type[Task]]:
         raise UsageError(f"canaries must be a whole number from {2 * GUESS_GRID[0]} to {MAX_CANARIES}, "
                          f"got {spec.canaries}")
     check_seed(spec.seed)
-    method, task = engine.registered(spec.method, spec.task, spec.plugins, spec.isolate)
+    method, task = planning.registered(spec.method, spec.task, spec.plugins, spec.isolate)
     if issubclass(method, ReleaseMethod) or not method.private:
         raise UsageError(f"{method.name} is not a private gradient method: the audit trains through the engine's "
                          f"noisy gradients")

@@ -85,7 +85,7 @@ class Canaries:
         self.groups: torch.Tensor | None = None  # the index of (a_i, b_i) among the pairs that occur
 
     def attach(self, task: Task) -> TaskData:
-        """The task's training data with the canaries in their rows (``engine.plan``'s ``replace_rows``). The data id
+        """The task's training data with the canaries in their rows (``planning.plan``'s ``replace_rows``). The data id
         and description stay the task's, so that nothing the method reaches says "audit"; the audit's record says
         it."""
         data = task.data

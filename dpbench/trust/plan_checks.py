@@ -158,7 +158,7 @@ def _releases_per_step(record: dict[str, Any]) -> int:
 
 def _plan(record: dict[str, Any]) -> tuple[float, int]:
     """The record's (q, releases), refused unless they and its steps are what its public plan implies, as
-    ``engine.plan`` derives them: k releases per step (:func:`_releases_per_step`), batch size B (n for a
+    ``planning.plan`` derives them: k releases per step (:func:`_releases_per_step`), batch size B (n for a
     full-batch method), q = B/n, steps per epoch max(1, round(n/(Bk))) for Poisson batches and ⌊n/(Bk)⌋ for
     shuffled ones, steps = epochs × that, releases = k × steps. The engine draws every step's k batches and
     charges each (``training.PrivateTraining``): the count depends on the plan only."""

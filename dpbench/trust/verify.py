@@ -55,7 +55,7 @@ The checks of one record are :func:`dpbench.trust.record_checks.check`.
 
 With ``--rerun K`` (:mod:`dpbench.trust.rerun`), K records drawn at random (seed ``--seed``) among those that can be
 rerun (untuned runs with their seed, and references; not audits) are trained (references: solved) again with one
-torch thread through ``dpbench.run.engine.RunSpec`` built from their fields, and the rerun's whole record must equal
+torch thread through ``dpbench.spec.RunSpec`` built from their fields, and the rerun's whole record must equal
 theirs (ε, δ, σ, q, counts, steps, hyperparameters, metrics, ...: all but :data:`~dpbench.trust.rerun.UNCOMPARED`),
 ε within the accountant's error (a reference: its accuracies and chosen l2 exactly, its losses to 6 significant
 digits, not its solver's iterations, which depend on the thread count). A file's records with a secret seed, and its

@@ -20,7 +20,7 @@ from dpbench.method import Method, ReleaseMethod
 from dpbench.privacy import correlated
 from dpbench.privacy.accounting import NEIGHBOURING
 from dpbench.release.runner import resolve_hyperparameters as release_hyperparameters
-from dpbench.run import engine, refusals
+from dpbench.run import planning, refusals
 from dpbench.spec import RunSpec, resolve_hyperparameters
 from dpbench.task import Task
 from dpbench.tuning import search
@@ -145,7 +145,7 @@ def plan(spec: TuneSpec, calibrate: bool = True) -> Plan:
     if not 1 <= spec.heartbeat_interval <= 86_400:
         raise UsageError(f"heartbeat interval must lie in 1..86400 s, got {spec.heartbeat_interval}")
 
-    method, task_class = engine.registered(spec.method, spec.task, spec.plugins)
+    method, task_class = planning.registered(spec.method, spec.task, spec.plugins)
     output_trials = isinstance(method, type) and issubclass(method, ReleaseMethod)
     if output_trials and not getattr(method, "tunable_privately", False) and spec.mode != "oracle":
         raise UsageError(f"{method.name}: {method.untunable_reason}")
@@ -210,13 +210,13 @@ def plan(spec: TuneSpec, calibrate: bool = True) -> Plan:
     if output_trials:  # one Gaussian output mechanism per classifier (one-vs-all)
         classes = getattr(task, "classes", 2)
         mechanism = TrialMechanism(1.0, 1.0, 1 if classes == 2 else classes, spec.neighbouring, "output")
-    elif correlation is not None:  # the cyclic sampler's partition of the training part, as engine.plan draws it
+    elif correlation is not None:  # the cyclic sampler's partition of the training part, as planning.plan draws it
         batches = n_train // hp["batch_size"]
         try:
             correlated.check_sampler(getattr(correlation, "bands", 1), batches)
         except ValueError as error:
             raise UsageError(f"{method.name}: {error}") from None
-        bands, tree = engine.correlated_fields(correlation)
+        bands, tree = planning.correlated_fields(correlation)
         mechanism = TrialMechanism(hp["batch_size"] / n_train, 1.0, hp["epochs"] * batches, spec.neighbouring,
                                    sampler=correlated.SAMPLER, releases_per_epoch=batches, bands=bands, tree=tree)
     else:

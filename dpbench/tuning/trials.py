@@ -15,7 +15,7 @@ import optuna
 
 from dpbench.errors import UsageError
 from dpbench.privacy import correlated, streams
-from dpbench.run import engine, multiseed
+from dpbench.run import engine, multiseed, planning
 from dpbench.spec import RunSpec, resolve_hyperparameters
 from dpbench.tuning import search
 from dpbench.tuning.accounting import ValidationSplit
@@ -106,7 +106,7 @@ def _check_correlation(plan_: Plan, params: dict[str, Any]) -> None:
         return
     hp, _ = resolve_hyperparameters(plan_.method, plan_.task, {**plan_.spec.overrides, **params})
     found = plan_.method.correlation(hp)
-    if engine.correlated_fields(found) != (trial.bands, trial.tree):
+    if planning.correlated_fields(found) != (trial.bands, trial.tree):
         raise RuntimeError(f"its hyperparameters give the noise correlation {found!r}; the tuning charges "
                            f"{'tree aggregation' if trial.tree else f'{trial.bands} bands' if trial.bands else 'none'}")
 
@@ -120,7 +120,7 @@ def _check_trial(plan_: Plan, number: int, record: dict[str, Any]) -> None:
         ran = (round(record["noise_multiplier"] / trial.noise_multiplier, 9), record["neighbouring"])
         planned = (1.0, "replace-one")
     else:
-        charged = engine.charged_noise_multiplier(record)  # with a count release: the pair's, at most ulps above
+        charged = planning.charged_noise_multiplier(record)  # with a count release: the pair's, at most ulps above
         if not trial.noise_multiplier <= charged <= trial.noise_multiplier * (1 + 1e-12):
             raise RuntimeError(f"trial {number} ran at noise multiplier {charged!r} (gradient and extra releases "
                                f"combined); the tuning charges {trial.noise_multiplier!r}")

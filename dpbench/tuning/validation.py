@@ -26,7 +26,7 @@ from dpbench.errors import UsageError
 from dpbench.method import Method, ReleaseMethod
 from dpbench.privacy import streams
 from dpbench.results.identity import identity
-from dpbench.run import engine, multiseed
+from dpbench.run import multiseed, planning
 from dpbench.spec import RunSpec
 from dpbench.task import Task
 from dpbench.tuning import search
@@ -96,7 +96,7 @@ def run_cells(task: str, method: str, budgets: list[tuple[float | None, list[int
     trials of five ε took 38 s together and 101 s cell by cell; records identical). Per ε, its records or the
     refusal that stopped it."""
     plugins, fixed = plugins or [], fixed or {}
-    method_class, task_class = engine.registered(method, task, plugins)
+    method_class, task_class = planning.registered(method, task, plugins)
     space = {name: value for name, value in search_space(method_class, task_class).items() if name not in fixed}
     drawn = search.spread_draws(space, settings.trials, settings.seed, "validation-search") if space else [{}]
     config = {**_config(space, settings), **({"fixed": fixed} if fixed else {})}
@@ -152,9 +152,9 @@ def describe(task: str, method: str, epsilon: float | None, settings: TrackSetti
              neighbouring: str | None = None, plugins: list[str] | None = None) -> str:
     """The :func:`dpbench.results.identity.identity` the cell's records would have, without running anything."""
     plugins = plugins or []
-    method_class, task_class = engine.registered(method, task, plugins)
+    method_class, task_class = planning.registered(method, task, plugins)
     config = _config(search_space(method_class, task_class), settings)
     spec = RunSpec(method=method, task=task, epsilon=epsilon, neighbouring=neighbouring, plugins=plugins,
                    tuning={"config": config})
-    planned = engine.describe_record(spec)
+    planned = planning.describe_record(spec)
     return identity({**planned, "tuning": {"config": config}})
