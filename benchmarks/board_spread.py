@@ -5,8 +5,9 @@ In the validation track every seed retrains one selected configuration: its spre
 (noise, batches, initialization). In the random-stopping track every seed is a study of its own, with its own secret
 number of trials K and its own noisy selection: its spread adds the study's. Per (task, method, ε) present in both
 tracks, this prints both standard deviations over seeds, their ratio, and the seeds a 95% interval of width 0.1
-would need at the random-stopping spread (n with 2·t(0.975, n−1)·sd/√n ≤ 0.1); then, over all such cells, the median
-ratio and the share of wide random-stopping ties (the ``wide-interval`` violations) whose validation twin is not wide::
+would need at the random-stopping spread (n with 2·t(0.975, n−1)·sd/√n ≤ 0.1); then, over all such cells, the
+median ratio, and how many wide random-stopping cells (the ``wide-interval`` violations) have a validation twin that
+is not wide::
 
     python benchmarks/board_spread.py leaderboards/results.jsonl [--grid leaderboards/grid.json]
 """
@@ -43,8 +44,15 @@ def main(argv=None) -> int:
             if v.kind == "wide-interval" and v.track == "random-stopping"}
     ratios, twins_narrow, print_rows = [], 0, []
     for table in tables:
-        by_track = {(row.tuning, row.method, column.epsilon): cell for (row, column), cell in table.cells.items()
-                    if column.kind != "non-private" and cell.std is not None}
+        by_track = {}
+        for (row, column), cell in table.cells.items():
+            key = (row.tuning, row.method, column.epsilon)
+            if column.kind == "non-private" or cell.std is None:
+                continue
+            if key in by_track:  # rows of one method and track that differ in sampler, accountant or settings
+                print(f"{table.task} {key}: several rows; the first is compared")
+                continue
+            by_track[key] = cell
         for (track, method, epsilon), stopping in sorted(by_track.items()):
             validated = by_track.get(("validation", method, epsilon))
             if track != "random-stopping" or validated is None:
@@ -56,13 +64,14 @@ def main(argv=None) -> int:
                 low, high = validated.ci95 or (0.0, 0.0)
                 twins_narrow += high - low <= 0.1
             print_rows.append(f"{table.task:14} {method:20} {epsilon:5g}  {stopping.std:.4f}  {validated.std:.4f}  "
-                              f"{ratio:6.2f}  {seeds_for_width(stopping.std):5d}{'  wide tie' if key in wide else ''}")
+                              f"{ratio:6.2f}  {seeds_for_width(stopping.std):5d}{'  wide, undecided' if key in wide else ''}")
     print(f"{'task':14} {'method':20} {'ε':>5}  sd(RS)  sd(val)  ratio  seeds for width 0.1")
     print("\n".join(print_rows))
     if ratios:
         print(f"\n{len(ratios)} cells in both tracks: median sd ratio (random stopping / validation) "
               f"{statistics.median(ratios):.2f}; {sum(r > 1 for r in ratios)} of them above 1")
-        print(f"{len(wide)} wide random-stopping ties; the validation twin of {twins_narrow} of them is not wide")
+        print(f"{len(wide)} wide undecided random-stopping cells; the validation twin of {twins_narrow} of them is not "
+              f"wide")
     return 0
 
 

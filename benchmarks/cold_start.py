@@ -54,7 +54,7 @@ phases["import dpbench.cli"] = time.perf_counter() - started
 begin = time.perf_counter()
 from dpbench import task
 from dpbench.results import store
-from dpbench.run import engine
+from dpbench.run import engine, planning
 import pytorch_lightning as pl
 import pytorch_lightning.loops.evaluation_loop as loop
 phases["import the engine (PyTorch, Lightning)"] = time.perf_counter() - begin

@@ -42,7 +42,9 @@ def ratio(record: dict, p: int) -> tuple[int, float, float]:
     # amp_nt fixes L = 1 (methods/amp.py), and records no input_norm
     scale = record["hyperparameters"]["radius"] if record["method"] == "output_perturbation" \
         else record["hyperparameters"].get("input_norm", 1.0)
-    return len(parts), parts[0]["epsilon"], parts[0]["noise_std"] * math.sqrt(p) / scale
+    # a classifier's ε: all its releases (AMP's b₁ and output noise b₂), by basic composition
+    per_classifier = sum(entry["epsilon"] for entry in record["privacy_ledger"]) / len(parts)
+    return len(parts), per_classifier, parts[0]["noise_std"] * math.sqrt(p) / scale
 
 
 def main(argv=None) -> int:

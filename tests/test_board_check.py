@@ -59,39 +59,53 @@ def test_a_decrease_names_every_smaller_epsilon_it_falls_below(capsys):
 
 
 def test_one_entry_explains_one_cause_across_the_cells_it_names(capsys, tmp_path):
-    """An entry may name several tasks, methods or tracks (one cause, tested once); every name it lists must match a
-    violation, and an entry without the command that tests its cause is refused."""
-    board({**CLEAN, "dpsgd": {1: 0.60, 2: 0.82, 8: 0.84}, "dpgd": {1: 0.58, 2: 0.80, 8: 0.82}})
+    """An entry may name several tasks, methods or tracks (one cause, tested once); every cell it names (each
+    combination) must match a violation, so that it cannot silence a cell it never saw; an entry without the command
+    that tests its cause, or malformed in one respect, is refused with its number."""
+    board({**CLEAN, "dpsgd": {1: 0.60, 2: 0.82, 8: 0.84}, "dpgd": {1: 0.60, 2: 0.80, 8: 0.82}})
     code, lines = check(capsys)
-    assert code == 1 and [line.split(":")[0] for line in lines] == ["below-majority", "collapsed"], lines
-    entry = {"kind": "collapsed", "task": "digits", "method": ["dpsgd"], "track": ["none"], "epsilons": [1],
+    assert code == 1 and [line.split(":")[0] for line in lines] == ["collapsed", "collapsed"], lines
+    entry = {"kind": "collapsed", "task": "digits", "method": ["dpgd", "dpsgd"], "track": ["none"], "epsilons": [1],
              "reason": "a test of the check", "tested_by": "pytest"}
     exceptions = tmp_path / "exceptions.json"
-    exceptions.write_text(json.dumps([entry, {**entry, "kind": "below-majority", "method": ["dpgd"]}]))
+    exceptions.write_text(json.dumps([entry]))
     assert check(capsys, "--exceptions", str(exceptions)) == (0, [])
-    both = {**entry, "kind": "below-majority", "method": ["dpgd", "dpsgd"]}  # dpsgd is collapsed, not below
-    exceptions.write_text(json.dumps([entry, both]))
+    # ε = 8 is in the product for both methods and violates for neither: stale for each, named
+    exceptions.write_text(json.dumps([{**entry, "epsilons": [1, 8]}]))
     code, lines = check(capsys, "--exceptions", str(exceptions))
-    assert code == 1 and len(lines) == 1 and lines[0].startswith(
-        "stale exception (method = dpsgd matches no violation): "), lines
-    exceptions.write_text(json.dumps([{**entry, "track": ["none", "validation"]}, both | {"method": "dpgd"}]))
+    assert code == 1 and [line.split(":")[0] for line in lines] == [
+        "stale exception (digits · dpgd · none · ε = 8.0, digits · dpsgd · none · ε = 8.0 matches no violation)"]
+    exceptions.write_text(json.dumps([{**entry, "track": ["none", "validation"], "epsilons": "all"}]))
     code, lines = check(capsys, "--exceptions", str(exceptions))
-    assert code == 1 and len(lines) == 1 and lines[0].startswith(
-        "stale exception (track = validation matches no violation): "), lines
-    for wrong in ({key: value for key, value in entry.items() if key != "tested_by"}, {**entry, "tested_by": " "},
-                  {**entry, "method": []}, {**entry, "method": ["dpsgd", "dpsgd"]}, {**entry, "task": 3}):
-        exceptions.write_text(json.dumps([wrong]))
-        assert check(capsys, "--exceptions", str(exceptions))[0] == 2, wrong
+    assert code == 1 and [line.split(":")[0] for line in lines] == [
+        "stale exception (digits · dpgd · validation · every ε, digits · dpsgd · validation · every ε matches no "
+        "violation)"]
+    for number, wrong in enumerate(({key: value for key, value in entry.items() if key != "tested_by"},
+                                    {**entry, "tested_by": " "}, {**entry, "method": []},
+                                    {**entry, "method": ["dpsgd", "dpsgd"]}, {**entry, "task": 3},
+                                    {**entry, "epsilons": []}, {**entry, "epsilons": ["all"]},
+                                    {**entry, "epsilons": [True]}, {**entry, "epsilons": [1, 1]})):
+        exceptions.write_text(json.dumps([entry, wrong]))
+        code, lines = check(capsys, "--exceptions", str(exceptions))
+        assert code == 2, (number, wrong)
 
 
-def test_a_wide_interval_is_reported_where_a_tie_may_rest_on_it():
-    """A cell wider than 0.1 is a violation in its column's tied set (≈), not where the comparison is decided: a
-    cell shown below the best, or a winner shown better despite its width."""
+@pytest.mark.parametrize("dpgd_at_8, alone_at_4, expected", [
+    (0.70, False, {}),  # 0.70 ± 0.07, far below dpsgd's 0.84: decided
+    (0.92, False, {}),  # 0.92 ± 0.07: the winner (p ≈ 0.02), shown better despite its width
+    (0.85, False, {"dpgd": 8.0}),  # tied with dpsgd's 0.84
+    (0.70, True, {"dpgd": 4.0}),  # at ε = 4 dpgd's cell is alone: not compared
+])
+def test_a_wide_interval_is_reported_where_no_comparison_decided_the_cell(dpgd_at_8, alone_at_4, expected):
+    """A cell wider than 0.1 is a violation where its column's comparison did not decide it (tied, or not compared),
+    not where it did: a cell shown below the best, or a winner shown better despite its width."""
     from dpbench.board.check import violations
     from dpbench.board.model import build_tables
     from dpbench.results import store
 
-    board({**CLEAN, "dpgd": {1: 0.78, 2: 0.80, 8: 0.70}}, ("dpgd", 8))  # 0.70 ± 0.07, far below dpsgd's 0.84
-    kinds = {(v.kind, v.method, v.epsilon) for v in violations(build_tables(store.load()))}
-    assert ("wide-interval", "dpgd", 8.0) not in kinds, kinds
-    assert ("decreasing", "dpgd", 8.0) in kinds  # the cell is seen: only its width is not a violation
+    board({**CLEAN, "dpgd": {1: 0.78, 2: 0.80, 8: dpgd_at_8}}, ("dpgd", 8))
+    if alone_at_4:
+        for seed, offset in enumerate(OFFSETS):
+            add_run(0.7 + 10 * offset, method="dpgd", seed=seed, epsilon_target=4, epsilon=4, test_majority_rate=0.6)
+    found = {v.method: v.epsilon for v in violations(build_tables(store.load())) if v.kind == "wide-interval"}
+    assert found == expected

@@ -90,7 +90,7 @@ def _random_stopping(means, per_trial):
         for method, by_epsilon in means.items():
             for epsilon, mean in by_epsilon.items():
                 add_run(mean + offset, method=method, seed=seed, epsilon_target=epsilon, epsilon=epsilon,
-                        test_majority_rate=0.6, tuning={"mode": "random-stopping",
+                        test_majority_rate=0.6, tuning={"mode": "random-stopping", "private": True,
                                                         "per_trial_epsilon": per_trial * epsilon})
 
 
@@ -106,9 +106,18 @@ def test_random_stopping_is_declared_by_the_epsilon_each_trial_trains_at(capsys,
     assert not table.declared_infeasible(Column(2.0, "target"))  # not in every track
     grid = grid_file(tmp_path, {"n_epsilon_below": 600})
     assert check(capsys, "--grid", grid) == (0, [])
-    assert infeasible.training_epsilon(Column(2.0, "target"), [{"tuning": {"per_trial_epsilon": 1.0}},
-                                                               {"tuning": {"per_trial_epsilon": 1.2}}]) == 1.2
-    assert infeasible.training_epsilon(Column(2.0, "target"), [{"tuning": {"mode": "validation"}}]) == 2.0
+    stopping = {"mode": "random-stopping", "private": True}
+    column = Column(2.0, "target")
+    both = [{"tuning": {**stopping, "per_trial_epsilon": 1.0}}, {"tuning": {**stopping, "per_trial_epsilon": 1.2}}]
+    assert infeasible.training_epsilon(column, "random-stopping", both) == 1.2
+    # Only a private random-stopping record's per-trial ε (verify checks it), and only in that track: a validation
+    # record stating one (unchecked) declared its whole column (review of 27 November).
+    for track, runs in [("validation", [{"tuning": {"mode": "validation", "per_trial_epsilon": 0.01}}]),
+                        ("random-stopping", [{"tuning": {**stopping, "per_trial_epsilon": 1.0}},
+                                             {"tuning": {"mode": "validation", "per_trial_epsilon": 0.01}}]),
+                        ("random-stopping", [{"tuning": {"mode": "random-stopping", "per_trial_epsilon": 0.01}}]),
+                        ("none", [{"tuning": {**stopping, "per_trial_epsilon": 0.01}}])]:
+        assert infeasible.training_epsilon(column, track, runs) == 2.0, (track, runs)
     records = tmp_path / "results.jsonl"
     assert main(["leaderboard", "--format", "jsonl", "--out", str(records)]) == 0
     capsys.readouterr()

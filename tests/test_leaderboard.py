@@ -386,6 +386,7 @@ def test_check_lists_every_violation_until_each_is_explained(tmp_path, capsys):
     # An entry listing an ε that no longer violates (a rebuilt cell recovered) is stale for that ε.
     (tmp_path / "exceptions.json").write_text(json.dumps([stale[0], {**stale[1], "epsilons": [0.5, 1]}, stale[3]]))
     assert main(["leaderboard", "--check", "--records", str(records)]) == 1
-    assert [line[:33] for line in capsys.readouterr().out.splitlines()] == ["stale exception (ε = 0.5 matches "]
+    assert [line.split(":")[0] for line in capsys.readouterr().out.splitlines()] == [
+        "stale exception (digits · dpgd · validation · ε = 0.5 matches no violation)"]
     (tmp_path / "exceptions.json").write_text(json.dumps([{**stale[0], "reason": " "}]))
     assert main(["leaderboard", "--check", "--records", str(records)]) == 2  # no reason: refused

@@ -8,10 +8,10 @@ A grid (:mod:`dpbench.board.sweep`) may say::
 ``n_epsilon_below``, or, in every track, when ``cells`` lists (task, ε). n is the training-set size as the track's
 records carry it (``n_train``, the largest among them: the tuning tracks' records carry the part left after holding
 out their validation rows); ε_train is the budget one training run of the cell spends: ε in the untuned and validation
-tracks, and in the random-stopping track the accountant's per-trial ε (``tuning.per_trial_epsilon``, the largest
-among the column's runs), which Papernot & Steinke's bound leaves of ε after paying for the random number of trials
-(about half of it at the grid's mean of 16). Both numbers are fixed before any training: by the data split and the
-accountant, not by the results.
+tracks, and in the random-stopping track the accountant's per-trial ε (``tuning.per_trial_epsilon`` of private
+random-stopping records, which verify checks: the largest among the column's runs), which Papernot & Steinke's bound
+leaves of ε after paying for the random number of trials (about half of it at the grid's mean of 16). Both numbers are
+fixed before any training: by the data split and the accountant, not by the results.
 
 The rule's reason: a private gradient method releases averages of n clipped gradients, each with sensitivity C/n; at
 (ε, δ = 1/n²) even one Gaussian release of such an average has noise of standard deviation
@@ -126,11 +126,20 @@ def training_size(runs: list[dict[str, Any]]) -> int | None:
     return max(sizes) if sizes else None
 
 
-def training_epsilon(column: Column, runs: list[dict[str, Any]]) -> float:
-    """ε_train of the rule: the largest per-trial ε among ``runs`` (the column's, in one track) where they were tuned
-    by random stopping, else the column's ε."""
-    per_trial = [(run.get("tuning") or {}).get("per_trial_epsilon") for run in runs]
-    per_trial = [epsilon for epsilon in per_trial if _positive(epsilon)]
+def training_epsilon(column: Column, track: str, runs: list[dict[str, Any]]) -> float:
+    """ε_train of the rule for the column's ``runs`` in ``track``: in the random-stopping track, the largest per-trial
+    ε of their private random-stopping tunings (``dpbench verify`` refuses a per-trial ε below what the tuning spent;
+    a larger one only declares less); the column's ε in every other track, and wherever a run states no such ε (a
+    field of another track's record is not read: it would be unchecked)."""
+    if track != "random-stopping":
+        return column.epsilon
+    per_trial = []
+    for run in runs:
+        tuning = run.get("tuning") or {}
+        epsilon = tuning.get("per_trial_epsilon")
+        if tuning.get("mode") != "random-stopping" or tuning.get("private") is not True or not _positive(epsilon):
+            return column.epsilon
+        per_trial.append(epsilon)
     return max(per_trial) if per_trial else column.epsilon
 
 
@@ -143,7 +152,7 @@ def declare(tables: list[Table], declaration: Declaration) -> list[Table]:
             n = training_size([run for cell in in_track.values() for run in cell.runs])
             for column in {column for _, column in in_track if column.kind != "non-private"}:
                 runs = [run for (_, c), cell in in_track.items() if c == column for run in cell.runs]
-                if declaration.covers(table.task, column.epsilon, n, training_epsilon(column, runs)):
+                if declaration.covers(table.task, column.epsilon, n, training_epsilon(column, track, runs)):
                     found.add((track, column.epsilon))
         table.infeasible = frozenset(found)
     return tables
