@@ -109,3 +109,26 @@ def test_a_wide_interval_is_reported_where_no_comparison_decided_the_cell(dpgd_a
             add_run(0.7 + 10 * offset, method="dpgd", seed=seed, epsilon_target=4, epsilon=4, test_majority_rate=0.6)
     found = {v.method: v.epsilon for v in violations(build_tables(store.load())) if v.kind == "wide-interval"}
     assert found == expected
+
+
+def test_a_cell_whose_runs_disagree_on_the_majority_rate_is_reported(capsys):
+    """``test_majority_rate`` and ``n_test`` are not recomputed by verify; one seed's rate changed by 1e-7 left the
+    cell without a rate, and its ``collapsed`` test silently off (review of 27 November)."""
+    from tests.test_leaderboard import add_run
+
+    for seed, offset in enumerate(OFFSETS):
+        add_run(0.6 + offset, method="dpgd", seed=seed, test_majority_rate=0.6 + (1e-7 if seed == 0 else 0))
+    code, lines = check(capsys)
+    assert code == 1 and lines == ["inconsistent-runs: digits (add-remove) · none · dpgd · ε = 1: its runs disagree on "
+                                   "test_majority_rate: the tests that read them did not run"], lines
+
+
+def test_an_exception_with_an_unknown_key_or_relation_is_refused(capsys, tmp_path):
+    board({**CLEAN, "dpgd": {1: 0.60, 2: 0.80, 8: 0.82}})
+    entry = {"kind": "collapsed", "task": "digits", "method": "dpgd", "track": "none", "epsilons": [1],
+             "reason": "a test of the check", "tested_by": "pytest"}
+    exceptions = tmp_path / "exceptions.json"
+    for extra, code in (({}, 0), ({"relation": "add-remove"}, 0), ({"relation": "replace-one"}, 1),
+                        ({"relation": ["add-remove"]}, 2), ({"relaton": "add-remove"}, 2)):
+        exceptions.write_text(json.dumps([entry | extra]))
+        assert check(capsys, "--exceptions", str(exceptions))[0] == code, extra

@@ -28,6 +28,9 @@ Violations (each a line: kind, task, relation, track, method, ε, and the number
   ends and ε named: the search lists, not the method, decide the cells. (One selection on an end says little:
   DP-SGD's adult space puts 76% of uniform draws on some boundary, so a per-cell rule would list most cells of a
   board whose lists do not bind.)
+* ``inconsistent-runs``: a cell whose runs disagree on the test set's majority-class rate or size
+  (``test_majority_rate``, ``n_test``: fields verify does not recompute); the cell's tests that read them do not run
+  (review of 27 November: one seed's rate changed by 1e-7 switched its ``collapsed`` off);
 * ``infeasible-above-trivial``: a cell the grid declares infeasible (:mod:`dpbench.board.infeasible`) whose mean is
   significantly above the majority-class rate: the declaration is wrong. Declared cells are never reported
   ``collapsed`` or ``below-majority``: nothing was expected to learn there.
@@ -36,10 +39,11 @@ The declarations are the ``infeasible`` key of the grid (by default ``grid.json`
 
 An exceptions file (JSON list; by default ``exceptions.json`` beside the records file) explains the ones that remain
 after investigation, one entry per cause: ``{"kind", "task", "method", "track", "epsilons": [...] or "all", "reason",
-"tested_by"}`` (``relation`` optional). ``task``, ``method`` and ``track`` are a name or a list of names (a cause that
-holds for several: the entry covers every combination); ``reason`` names the cause and what measuring it found,
-``tested_by`` the command that measures it. Every cell an entry names (each combination of its task, method, track
-and ε) must match a violation: one that matches none is a stale explanation, itself a violation.
+"tested_by"}`` (``relation`` optional: without it, an entry covers every relation). ``task``, ``method`` and ``track``
+are a name or a list of names (a cause that holds for several: the entry covers every combination); ``reason`` names
+the cause and what measuring it found, ``tested_by`` the command that measures it. Every cell an entry names (each
+combination of its task, method, track and ε) must match a violation: one that matches none is a stale explanation,
+itself a violation.
 """
 from __future__ import annotations
 
@@ -54,10 +58,14 @@ from dpbench.board import boundary
 from dpbench.board.model import Cell, Table
 from dpbench.board.reference import reference as reference_of
 from dpbench.board.stats import ALPHA, holm
+from dpbench.choices import NEIGHBOURING
 from dpbench.errors import UsageError
 
 KINDS = ("above-reference", "above-non-private", "decreasing", "collapsed", "below-majority", "wide-interval",
-         "boundary-hit", "infeasible-above-trivial")
+         "boundary-hit", "infeasible-above-trivial", "inconsistent-runs")
+#: fields the cell's statistics read from its runs, which verify does not recompute: runs disagreeing on one left the
+#: cell without a majority rate (its collapsed, below-majority and infeasible tests silently off) or a test size
+SHARED = ("test_majority_rate", "n_test")
 WIDEST_INTERVAL = 0.1
 _BELOW = 1e-9  # a mean this far under the rate is below it (not float rounding of equal accuracies)
 
@@ -90,6 +98,10 @@ def _cell_violations(cell: Cell, reference: Cell | None, private: bool, infeasib
     showed it below the best."""
     found = []
     rate = cell.majority_rate
+    disagreeing = [key for key in SHARED if len({json.dumps(run.get(key)) for run in cell.runs}) > 1]
+    if disagreeing:
+        found.append(("inconsistent-runs", f"its runs disagree on {', '.join(disagreeing)}: the tests that read them "
+                                           f"did not run"))
     if infeasible:
         p = cell.trivial_p
         if p is not None and p < ALPHA:
@@ -223,6 +235,10 @@ def _problem(entry: Any) -> str | None:
         return "task, method and track must each be a name or a list of distinct names"
     if not _epsilon_list(entry["epsilons"]):
         return 'epsilons must be "all" or a non-empty list of distinct numbers (null: non-private or every ε)'
+    if set(entry) - set(required) - {"relation"}:
+        return f"unknown keys {', '.join(sorted(set(entry) - set(required) - {'relation'}))}"
+    if "relation" in entry and entry["relation"] not in NEIGHBOURING:
+        return f"relation must be one of {', '.join(NEIGHBOURING)} (or left out: every relation)"
     return None
 
 
@@ -268,7 +284,8 @@ def _stale(entry: dict[str, Any], found: list[Violation]) -> list[str]:
             if not any(cell[:3] == (task, method, track) for cell in matched):
                 stale.append(f"{task} · {method} · {track} · every ε")
             continue
-        stale += [f"{task} · {method} · {track} · ε = {e}" for e in epsilons if (task, method, track, e) not in matched]
+        stale += [f"{task} · {method} · {track} · ε = {e}" for e in epsilons
+                  if (task, method, track, e) not in matched]
     return stale
 
 

@@ -120,8 +120,9 @@ def from_grid_file(path: Path) -> Declaration:
 
 
 def training_size(runs: list[dict[str, Any]]) -> int | None:
-    """n of the rule: the largest ``n_train`` among ``runs`` (a track's; module docstring); None if none says."""
-    sizes = [run.get("n_train") for run in runs]
+    """n of the rule: the largest ``n_train`` among the private ``runs`` (a track's; module docstring; verify checks a
+    private record's n_train, not a non-private one's); None if none says."""
+    sizes = [run.get("n_train") for run in runs if run.get("private") is True]
     sizes = [n for n in sizes if isinstance(n, int) and not isinstance(n, bool) and n > 0]
     return max(sizes) if sizes else None
 
