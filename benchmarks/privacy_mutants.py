@@ -1000,6 +1000,15 @@ MUTANTS = [
            "live trials of slower-beating workers for dead and counts their deaths", "dpbench/tuning/study.py",
            "    if beats is not None and beats != storage.heartbeat_interval:", "    if False:",
            first="tests/test_requeue.py"),
+    Mutant("board-reads-unchecked-per-trial-epsilon", "board", "the infeasibility rule reads any record's "
+           "per_trial_epsilon (a validation record's, which verify never checks, declares its whole column)",
+           "dpbench/board/infeasible.py",
+           "        if tuning.get(\"mode\") != \"random-stopping\" or tuning.get(\"private\") is not True or not _positive(epsilon):",
+           "        if not _positive(epsilon):",
+           first="tests/test_board_infeasible.py::test_random_stopping_is_declared_by_the_epsilon_each_trial_trains_at"),
+    Mutant("board-inconsistent-runs-unchecked", "board", "a cell whose runs disagree on the unverified majority rate "
+           "loses its collapsed test silently", "dpbench/board/check.py", "    if disagreeing:\n", "    if False:\n",
+           first="tests/test_board_check.py::test_a_cell_whose_runs_disagree_on_the_majority_rate_is_reported"),
 ]
 
 
