@@ -98,7 +98,7 @@ def _cell_violations(cell: Cell, reference: Cell | None, private: bool, infeasib
     showed it below the best."""
     found = []
     rate = cell.majority_rate
-    disagreeing = [key for key in SHARED if len({json.dumps(run.get(key)) for run in cell.runs}) > 1]
+    disagreeing = [key for key in SHARED if not cell.agrees(key)]
     if disagreeing:
         found.append(("inconsistent-runs", f"its runs disagree on {', '.join(disagreeing)}: the tests that read them "
                                            f"did not run"))
@@ -114,7 +114,7 @@ def _cell_violations(cell: Cell, reference: Cell | None, private: bool, infeasib
         found.append(("collapsed", f"mean {cell.mean:.4f} not significantly above the majority-class rate "
                                    f"{rate:.4f} (one-sided t-test p = {cell.trivial_p:.3g})"))
     interval = cell.ci95
-    reported = bool(found) and found[-1][0] in ("below-majority", "collapsed")
+    reported = any(kind in ("below-majority", "collapsed") for kind, _ in found)
     if not (decided or reported or infeasible) and interval is not None and interval[1] - interval[0] > WIDEST_INTERVAL:
         found.append(("wide-interval", f"95% interval [{interval[0]:.4f}, {interval[1]:.4f}] wider than "
                                        f"{WIDEST_INTERVAL:g} (n = {cell.n_seeds}), undecided in its column"))

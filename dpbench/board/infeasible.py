@@ -33,6 +33,7 @@ The board draws them as "infeasible (declared)" and ``--check`` does not report 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,13 +148,15 @@ def training_epsilon(column: Column, track: str, runs: list[dict[str, Any]]) -> 
 def declare(tables: list[Table], declaration: Declaration) -> list[Table]:
     """Mark each table's declared infeasible (track, ε) (``Table.infeasible``), for the check and the renderers."""
     for table in tables:
+        runs: dict[str, dict[Column, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+        for (row, column), cell in table.cells.items():
+            runs[row.tuning][column] += cell.runs
         found = set()
-        for track in table.tracks:
-            in_track = {(row, column): cell for (row, column), cell in table.cells.items() if row.tuning == track}
-            n = training_size([run for cell in in_track.values() for run in cell.runs])
-            for column in {column for _, column in in_track if column.kind != "non-private"}:
-                runs = [run for (_, c), cell in in_track.items() if c == column for run in cell.runs]
-                if declaration.covers(table.task, column.epsilon, n, training_epsilon(column, track, runs)):
+        for track, by_column in runs.items():
+            n = training_size([run for column_runs in by_column.values() for run in column_runs])
+            for column, column_runs in by_column.items():
+                if column.kind != "non-private" and declaration.covers(table.task, column.epsilon, n,
+                                                                       training_epsilon(column, track, column_runs)):
                     found.add((track, column.epsilon))
         table.infeasible = frozenset(found)
     return tables

@@ -186,10 +186,14 @@ class Cell:
         """An accuracy: its interval stays in [0, 1]."""
         return "accuracy" in self.metric and all(0 <= value <= 1 for value in self.values)
 
+    def agrees(self, key: str) -> bool:
+        """Whether the runs hold one value of ``key`` (a field the stored-record check does not cover)."""
+        values = [run.get(key) for run in self.runs]
+        return all(value == values[0] for value in values)
+
     def _shared(self, key: str) -> Any:
         """The runs' common value of a field that the stored-record check does not cover, else None."""
-        values = [run.get(key) for run in self.runs]
-        return values[0] if all(value == values[0] for value in values) else None
+        return self.runs[0].get(key) if self.agrees(key) else None
 
     @property
     def n_test(self) -> int | None:
