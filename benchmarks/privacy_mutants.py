@@ -191,8 +191,13 @@ MUTANTS = [
            "dpbench/trust/record_checks.py", '    if record["confidence"] != audit.CONFIDENCE:  # a higher confidence lowers every bound',
            "    if False:", first="tests/test_verify.py"),
     Mutant("verify-n-train-unchecked", "verify", "n_train is not tied to the task's data: ten times n, ten times the "
-           "steps, a tenth of q", "dpbench/trust/record_checks.py", "            reason = check_n_train(record)",
-           "            reason = None", first="tests/test_verify.py::test_an_n_train_that_is_not_the_tasks_data_fails"),
+           "steps, a tenth of q", "dpbench/trust/record_checks.py", "            reasons.append(check_n_train(record))",
+           "            reasons.append(None)",
+           first="tests/test_verify.py::test_an_n_train_that_is_not_the_tasks_data_fails"),
+    Mutant("verify-test-set-unchecked", "verify", "n_test and test_majority_rate, which the board's interval and "
+           "collapsed checks read, are not tied to the task's test set", "dpbench/trust/record_checks.py",
+           "            reasons.append(check_test_set(record))", "            reasons.append(None)",
+           first="tests/test_verify.py::test_a_test_set_that_is_not_the_tasks_fails"),
     Mutant("verify-amp-fractions-unchecked", "verify", "AMP's noise and output fractions are not required in (0, 1)",
            "dpbench/trust/release_checks.py",
            "        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:\n"
@@ -1009,6 +1014,14 @@ MUTANTS = [
     Mutant("board-inconsistent-runs-unchecked", "board", "a cell whose runs disagree on the unverified majority rate "
            "loses its collapsed test silently", "dpbench/board/check.py", "    if disagreeing:\n", "    if False:\n",
            first="tests/test_board_check.py::test_a_cell_whose_runs_disagree_on_the_majority_rate_is_reported"),
+    Mutant("board-seed-count-unchecked", "board", "a cell of one seed (no interval, no t-test) or of fewer seeds than "
+           "the grid asks passes every check", "dpbench/board/check.py",
+           "            if cell.n_seeds < table.seeds_asked:\n", "            if False:\n",
+           first="tests/test_board_check.py::test_a_cell_with_fewer_seeds_than_the_grid_asks_is_reported"),
+    Mutant("board-grid-seeds-ignored", "board", "the grid's seed count is not what the board asks of a cell",
+           "dpbench/board/leaderboard.py", "        table.seeds_asked = max(2, asked.get(table.task, 2))\n",
+           "        table.seeds_asked = 2\n",
+           first="tests/test_board_check.py::test_a_cell_with_fewer_seeds_than_the_grid_asks_is_reported"),
 ]
 
 

@@ -12,13 +12,15 @@ OFFSETS = [-0.007, -0.0035, 0.0, 0.0035, 0.007]  # sd 0.0055 over 5 seeds: 2 SE 
 CLEAN = {"dpsgd": {1: 0.80, 2: 0.82, 8: 0.84}, "dpgd": {1: 0.78, 2: 0.80, 8: 0.82}}
 
 
-def board(means=CLEAN, wide=None):
+def board(means=CLEAN, wide=None, single=None):
     """Stores the board: the `none` track's cells, and the validation-tuned non-private reference at 0.9.
-    ``wide``: the (method, ε) whose seeds spread ten times as far."""
+    ``wide``: the (method, ε) whose seeds spread ten times as far; ``single``: the (method, ε) of one seed."""
     for seed, offset in enumerate(OFFSETS):
         add_run(0.9 + offset, seed=seed, tuning={"mode": "validation"}, test_majority_rate=0.6, **nonprivate_fields())
         for method, by_epsilon in means.items():
             for epsilon, mean in by_epsilon.items():
+                if (method, epsilon) == single and seed > 0:
+                    continue
                 spread = 10 if (method, epsilon) == wide else 1
                 add_run(mean + spread * offset, method=method, seed=seed, epsilon_target=epsilon, epsilon=epsilon,
                         test_majority_rate=0.6)
@@ -34,15 +36,18 @@ def test_a_clean_board_passes(capsys):
     assert check(capsys) == (0, [])
 
 
-@pytest.mark.parametrize("kind, method, epsilon, means, wide", [
-    ("below-majority", "dpgd", 1, {**CLEAN, "dpgd": {1: 0.58, 2: 0.80, 8: 0.82}}, None),
-    ("collapsed", "dpgd", 1, {**CLEAN, "dpgd": {1: 0.60, 2: 0.80, 8: 0.82}}, None),
+@pytest.mark.parametrize("kind, method, epsilon, means, wide, single", [
+    ("below-majority", "dpgd", 1, {**CLEAN, "dpgd": {1: 0.58, 2: 0.80, 8: 0.82}}, None, None),
+    ("collapsed", "dpgd", 1, {**CLEAN, "dpgd": {1: 0.60, 2: 0.80, 8: 0.82}}, None, None),
     # No step between neighbouring ε is more than 2 SE (0.005 < 0.0070); ε = 1 to ε = 8 is (0.01).
-    ("decreasing", "dpsgd", 8, {**CLEAN, "dpsgd": {1: 0.80, 2: 0.795, 8: 0.79}}, None),
-    ("wide-interval", "dpgd", 8, {**CLEAN, "dpgd": {1: 0.78, 2: 0.80, 8: 0.85}}, ("dpgd", 8)),
+    ("decreasing", "dpsgd", 8, {**CLEAN, "dpsgd": {1: 0.80, 2: 0.795, 8: 0.79}}, None, None),
+    ("wide-interval", "dpgd", 8, {**CLEAN, "dpgd": {1: 0.78, 2: 0.80, 8: 0.85}}, ("dpgd", 8), None),
+    # one seed, at the majority rate 0.6: no interval and no t-test, so that no other check saw it
+    ("too-few-seeds", "dpgd", 1, {**CLEAN, "dpgd": {1: 0.607, 2: 0.80, 8: 0.82}}, None, ("dpgd", 1)),
 ])
-def test_one_defect_is_exactly_one_violation_until_explained(capsys, tmp_path, kind, method, epsilon, means, wide):
-    board(means, wide)
+def test_one_defect_is_exactly_one_violation_until_explained(capsys, tmp_path, kind, method, epsilon, means, wide,
+                                                             single):
+    board(means, wide, single)
     code, lines = check(capsys)
     assert code == 1 and len(lines) == 1, lines
     assert lines[0].startswith(f"{kind}: digits (add-remove) · none · {method} · ε = {epsilon}: ")
@@ -132,3 +137,20 @@ def test_an_exception_with_an_unknown_key_or_relation_is_refused(capsys, tmp_pat
                         ({"relation": ["add-remove"]}, 2), ({"relaton": "add-remove"}, 2)):
         exceptions.write_text(json.dumps([entry | extra]))
         assert check(capsys, "--exceptions", str(exceptions))[0] == code, extra
+
+
+def test_a_cell_with_fewer_seeds_than_the_grid_asks_is_reported(capsys, tmp_path):
+    """The grid's ``seeds`` is what the board's statistics assume: the same five-seed board passes under a grid asking
+    five of digits and reports every cell under one asking ten; a grid whose seeds are malformed is refused."""
+    board()
+    grid = {"tasks": ["digits"], "methods": ["dpsgd", "dpgd"], "epsilons": [1, 2, 8], "seeds": {"default": 5}}
+    path = tmp_path / "grid.json"
+    path.write_text(json.dumps(grid))
+    assert check(capsys, "--grid", str(path)) == (0, [])
+    path.write_text(json.dumps({**grid, "seeds": {"default": 5, "digits": 10}}))
+    code, lines = check(capsys, "--grid", str(path))
+    assert code == 1 and len(lines) == 7 and all(line.startswith("too-few-seeds: digits") and line.endswith(
+        "5 seed(s), 10 asked: its interval, tests and comparisons rest on fewer") for line in lines), lines
+    path.write_text(json.dumps({**grid, "seeds": {"digits": 0}}))
+    code, lines = check(capsys, "--grid", str(path))
+    assert code == 2

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from dpbench.board import notes
+from dpbench.board import grid, notes
 from dpbench.board.leaderboard import render, render_page
 from dpbench.cli import main
 from dpbench.errors import UsageError
@@ -84,5 +84,5 @@ def test_the_committed_grid_notes_the_recreated_cells():
     listed = {tuple(line.split()[:3]) + (float(line.split()[3].split("=")[1]),)
               for line in (folder / "rebuild" / "recreated.txt").read_text().splitlines()
               if line.strip() and not line.startswith("#")}
-    [note] = notes.from_grid_file(folder / "grid.json")
+    [note] = notes.from_grid(grid.read(folder / "grid.json"), "grid")
     assert set(note.cells) == listed and len(listed) == 25

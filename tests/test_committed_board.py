@@ -10,7 +10,7 @@ import pytest
 
 from dpbench import registry
 from dpbench.board import notes
-from dpbench.board.sweep import seeds_for
+from dpbench.board.grid import seeds_for
 from dpbench.cli import main
 
 BOARD = Path(__file__).resolve().parents[1] / "leaderboards"
@@ -39,7 +39,7 @@ def test_the_csv_holds_every_track_task_method_and_epsilon():
                     if methods[method].private:
                         assert row["neighbouring"] == grid["neighbouring"]
     noted = {(row["tuning"], row["task"], row["method"], float(row["epsilon"])) for row in rows if row["notes"]}
-    assert noted == {cell for note in notes.from_grid_file(BOARD / "grid.json") for cell in note.cells}
+    assert noted == {cell for note in notes.from_grid(grid, "grid") for cell in note.cells}
 
 
 @pytest.mark.xfail(strict=True, reason="the committed board predates issue 33's checks (below-majority, "

@@ -207,6 +207,9 @@ def test_verify_checks_a_references_selection_and_reruns_its_solve(tmp_path, cap
     assert any("the held-out scores choose" in p for p in record_checks.check(chosen_other))
     unconverged = edited(lambda r: r["tuning"]["fits"][0].update(max_gradient=1e-3))
     assert any("did not converge" in p for p in record_checks.check(unconverged))
+    majority = edited(lambda r: r.update(test_majority_rate=0.95))  # the board's collapsed checks read it
+    assert record_checks.check(majority) == [f"test_majority_rate is 0.95, but task breast_cancer's test set on "
+                                             f"{record['data_id']} gives {record['test_majority_rate']!r}"]
     claims = edited(lambda r: r.update(epsilon=1.0))
     assert any("claims privacy" in p for p in record_checks.check(claims))
     # a reference of another grid, honestly solved, could be one of several kept for its test accuracy

@@ -113,7 +113,7 @@ def test_the_random_stopping_track_runs_the_count_and_correlated_methods_and_res
     ({"tasks": ["digits"], "methods": ["dpsgd"], "epsilons": [1], "seeds": 1, "neighbouring": "swap"},
      "neighbouring must be"),
     ({"tasks": ["nope"], "methods": ["dpsgd"], "epsilons": [1], "seeds": 1}, "unknown methods or tasks"),
-    ([1, 2], "a JSON object is expected"),
+    ([1, 2], "not a JSON object"),
     # Issue 35, item 7: the error names the field and what it takes.
     ({"tasks": ["digits"], "methods": ["dpsgd"], "epsilons": [1], "seeds": [0, 1, 2]},
      "seeds must be a whole number from 1 to 10000 (how many seeds: 0, 1, ... run), or a mapping of task names and "

@@ -765,6 +765,25 @@ def test_an_n_train_that_is_not_the_tasks_data_fails(tmp_path, genuine):
     assert problem == f"n_train is {10 * n}, but task digits's data digits has {n} training examples"
 
 
+@pytest.mark.parametrize("name", ["nonprivate", "dpsgd", "output_perturbation", "tuned random-stopping",
+                                  "validation amp"])
+@pytest.mark.parametrize("field, change", [("test_majority_rate", lambda rate: rate + 0.05),
+                                           ("n_test", lambda n: n // 10)])
+def test_a_test_set_that_is_not_the_tasks_fails(tmp_path, genuine, name, field, change):
+    """The board reads ``test_majority_rate`` (collapsed and below-majority cells) and ``n_test`` (the interval), which
+    no accounting check touches: a record that raised the first hid a collapsed cell, one that cut the second widened
+    its interval into a tie, and verify passed both (review of 27 November). Each forgery is wrong in that field alone
+    (references: tests/test_reference.py)."""
+    record = genuine[0][name]
+    assert record_checks.check(record) == []
+    value = change(record[field])
+    [problem] = problems_of(tmp_path, forged(record, **{field: lambda _: value}))
+    assert problem == (f"{field} is {value!r}, but task {record['task']}'s test set on {record['data_id']} gives "
+                       f"{record[field]!r}")
+    [problem] = problems_of(tmp_path, records.seal({key: v for key, v in record.items() if key != field}))
+    assert problem.startswith(f"{field} is 'missing', but task {record['task']}'s test set")
+
+
 def test_every_built_in_tasks_record_has_its_n_checked_and_the_rest_are_counted(tmp_path, genuine, capsys):
     found, path = genuine
     unchecked = []
@@ -773,8 +792,9 @@ def test_every_built_in_tasks_record_has_its_n_checked_and_the_rest_are_counted(
     assert unchecked == ["task digits_release is a plugin's"]  # tuned records included: their split is public
     elsewhere = forged(found["dpsgd"], data_id=lambda _: "digits-full")
     assert verify.verify(write(tmp_path, elsewhere)) == (1, [])
-    assert ("1 record(s) whose n_train is not tied to their task's data here, so that only a rerun checks their q "
-            "and steps: 1: its data 'digits-full' is not this machine's 'digits'") in capsys.readouterr().err
+    assert ("1 record(s) whose n_train or test set is not tied to their task's data here, so that only a rerun "
+            "checks their q, steps, n_test and majority rate: 1: its data 'digits-full' is not this machine's "
+            "'digits'") in capsys.readouterr().err
 
 
 # --- found by the hostile review of 27 November: each forged record passed verify at 6bb061a ----------------------

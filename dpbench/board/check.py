@@ -29,8 +29,13 @@ Violations (each a line: kind, task, relation, track, method, ε, and the number
   DP-SGD's adult space puts 76% of uniform draws on some boundary, so a per-cell rule would list most cells of a
   board whose lists do not bind.)
 * ``inconsistent-runs``: a cell whose runs disagree on the test set's majority-class rate or size
-  (``test_majority_rate``, ``n_test``: fields verify does not recompute); the cell's tests that read them do not run
-  (review of 27 November: one seed's rate changed by 1e-7 switched its ``collapsed`` off);
+  (``test_majority_rate``, ``n_test``: verify ties both to the task's test set, but the board also reads records
+  verify has not seen); the cell's tests that read them do not run (review of 27 November: one seed's rate changed by
+  1e-7 switched its ``collapsed`` off);
+* ``too-few-seeds``: a cell with fewer seeds than the grid asks of its task (``seeds``; at least two without a grid):
+  its interval, its t-test against the majority-class rate and its column's comparison rest on fewer runs than the
+  board's statistics assume, and a cell of one seed has none of them, so that every other check of the cell passed it
+  silently (a sweep stopped mid-cell, or a run added by hand);
 * ``infeasible-above-trivial``: a cell the grid declares infeasible (:mod:`dpbench.board.infeasible`) whose mean is
   significantly above the majority-class rate: the declaration is wrong. Declared cells are never reported
   ``collapsed`` or ``below-majority``: nothing was expected to learn there.
@@ -62,9 +67,10 @@ from dpbench.choices import NEIGHBOURING
 from dpbench.errors import UsageError
 
 KINDS = ("above-reference", "above-non-private", "decreasing", "collapsed", "below-majority", "wide-interval",
-         "boundary-hit", "infeasible-above-trivial", "inconsistent-runs")
-#: fields the cell's statistics read from its runs, which verify does not recompute: runs disagreeing on one left the
-#: cell without a majority rate (its collapsed, below-majority and infeasible tests silently off) or a test size
+         "boundary-hit", "infeasible-above-trivial", "inconsistent-runs", "too-few-seeds")
+#: fields the cell's statistics read from its runs (verify ties them to the task's test set; the board also reads files
+#: it has not seen): runs disagreeing on one left the cell without a majority rate (its collapsed, below-majority and
+#: infeasible tests silently off) or a test size
 SHARED = ("test_majority_rate", "n_test")
 WIDEST_INTERVAL = 0.1
 _BELOW = 1e-9  # a mean this far under the rate is below it (not float rounding of equal accuracies)
@@ -188,6 +194,10 @@ def violations(tables: list[Table]) -> list[Violation]:
             decided = marks.get(row) == "winner" or adjusted.get(row, 1.0) < ALPHA
             found += [Violation(kind, table.task, table.neighbouring, row.tuning, row.method, epsilon, detail)
                       for kind, detail in _cell_violations(cell, reference, private, infeasible, decided)]
+            if cell.n_seeds < table.seeds_asked:
+                found.append(Violation("too-few-seeds", table.task, table.neighbouring, row.tuning, row.method,
+                                       epsilon, f"{cell.n_seeds} seed(s), {table.seeds_asked} asked: its interval, "
+                                       f"tests and comparisons rest on fewer"))
             if converged is not None and private:
                 excess, two_se = cell.mean - converged[1].mean, 2 * _se_difference(cell, converged[1])
                 if excess > two_se and excess > 0:

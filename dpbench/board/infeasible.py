@@ -35,7 +35,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from dpbench.board.model import Column, Table
@@ -98,26 +97,11 @@ def _short(value: Any) -> str:
     return json.dumps(value, default=str)[:80]
 
 
-def read_grid(path: Path) -> dict[str, Any]:
-    """The grid file at ``path`` as a JSON object (UsageError otherwise); its keys are the sweep's to check
-    (:func:`dpbench.board.sweep.load_grid`), but for what the board reads: this module's and :mod:`.notes`'."""
-    import json
-
-    try:
-        grid = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise UsageError(f"cannot read grid {path}: {error}") from None
-    if not isinstance(grid, dict):
-        raise UsageError(f"grid {path}: not a JSON object")
-    return grid
-
-
-def from_grid_file(path: Path) -> Declaration:
-    """The declaration of the grid file at ``path`` (its ``infeasible`` value, checked against its tasks and ε)."""
-    grid = read_grid(path)
+def from_grid(grid: dict[str, Any], where: str) -> Declaration:
+    """The declaration of a grid (its ``infeasible`` value, checked against its tasks and ε)."""
     tasks, epsilons = grid.get("tasks"), grid.get("epsilons")
     return parse(grid.get("infeasible"), tasks if isinstance(tasks, list) else None,
-                 epsilons if isinstance(epsilons, list) else None, f"grid {path}")
+                 epsilons if isinstance(epsilons, list) else None, where)
 
 
 def training_size(runs: list[dict[str, Any]]) -> int | None:

@@ -55,16 +55,20 @@ def render_page(records: list[dict[str, Any]], task: str | None, page_name: str,
 
 
 def _tables(records: list[dict[str, Any]], grid_path: str | None = None):
-    """The tables of ``records``, with the infeasible cells and the notes of the grid at ``grid_path`` (if given)."""
-    from dpbench.board import infeasible, notes
+    """The tables of ``records``, with the infeasible cells, the notes and the seeds asked of the grid at
+    ``grid_path`` (if given; read once)."""
+    from dpbench.board import grid as grid_file, infeasible, notes
     from dpbench.trust.audit import audit_status
 
     runs = [record for record in records if record.get("kind", "run") == "run"]
     tables = build_tables(runs, audits=audit_status(records))
     if not grid_path:
         return tables
-    return notes.annotate(infeasible.declare(tables, infeasible.from_grid_file(Path(grid_path))),
-                          notes.from_grid_file(Path(grid_path)))
+    grid, where = grid_file.read(Path(grid_path)), f"grid {grid_path}"
+    asked = grid_file.seeds_asked(grid, where)
+    for table in tables:
+        table.seeds_asked = max(2, asked.get(table.task, 2))
+    return notes.annotate(infeasible.declare(tables, infeasible.from_grid(grid, where)), notes.from_grid(grid, where))
 
 
 def grid_beside(records_path: str | None, grid_path: str | None = None) -> str | None:

@@ -19,10 +19,8 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from dpbench.board import infeasible
 from dpbench.board.model import Column, Row, Table
 from dpbench.choices import TUNING_MODES
 from dpbench.errors import UsageError
@@ -91,10 +89,9 @@ def _in_grid(cell: tuple[str, str, str, float], grid: dict[str, Any]) -> bool:
                     for e in grid.get("epsilons") or ()))
 
 
-def from_grid_file(path: Path) -> tuple[Note, ...]:
-    """The notes of the grid file at ``path``, checked against its cells."""
-    grid = infeasible.read_grid(path)
-    return parse(grid.get("notes"), f"grid {path}", grid)
+def from_grid(grid: dict[str, Any], where: str) -> tuple[Note, ...]:
+    """The notes of a grid, checked against its cells."""
+    return parse(grid.get("notes"), where, grid)
 
 
 def annotate(tables: list[Table], notes: tuple[Note, ...]) -> list[Table]:

@@ -53,7 +53,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from dpbench import registry
 from dpbench import threads as dpbench_threads
 from dpbench.choices import REFERENCE_MODE
-from dpbench.board import infeasible, notes
+from dpbench.board import grid as grid_file, infeasible, notes
 from dpbench.data import stages
 from dpbench.errors import TuningError, UsageError
 from dpbench.method import ReleaseMethod
@@ -75,22 +75,6 @@ def _names(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
 
 
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 10_000
-
-
-def _seeds(value: Any) -> bool:
-    """A count, or a non-empty mapping of task names (or "default") to counts."""
-    return _count(value) or (isinstance(value, dict) and bool(value) and all(
-        isinstance(key, str) and _count(count) for key, count in value.items()))
-
-
-def seeds_for(grid: dict[str, Any], task: str) -> int:
-    """How many seeds (0, 1, ...) the grid runs on ``task``: its ``seeds``, the task's entry or the default."""
-    seeds = grid["seeds"]
-    return seeds if isinstance(seeds, int) else seeds.get(task, seeds.get("default"))
-
-
 #: What each field of a grid takes (``neighbouring`` is checked against its choices): field -> (what, test).
 GRID_FIELDS = {
     "tasks": ("a non-empty list of names", _names),
@@ -98,9 +82,8 @@ GRID_FIELDS = {
     "tracks": (f"a non-empty list of names ({', '.join(TRACKS)})", _names),
     "epsilons": ("a non-empty list of positive numbers", lambda v: isinstance(v, list) and bool(v) and all(
         isinstance(e, (int, float)) and not isinstance(e, bool) and 0 < e < float("inf") for e in v)),
-    "seeds": ("a whole number from 1 to 10000 (how many seeds: 0, 1, ... run), or a mapping of task names and "
-              "\"default\" to such numbers", _seeds),
-    "trials": ("a whole number from 1 to 10000 (configurations or the mean of K per cell)", _count),
+    "seeds": (grid_file.SEEDS_WHAT, grid_file.valid_seeds),
+    "trials": ("a whole number from 1 to 10000 (configurations or the mean of K per cell)", grid_file.count),
     "reference": ("true or false (each task's converged non-private reference)", lambda v: isinstance(v, bool)),
 }
 
@@ -121,12 +104,7 @@ class Cell:
 
 
 def load_grid(path: str) -> dict[str, Any]:
-    try:
-        grid = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as error:
-        raise UsageError(f"cannot read grid {path}: {error}") from None
-    if not isinstance(grid, dict):
-        raise UsageError(f"grid {path}: a JSON object is expected")
+    grid = grid_file.read(Path(path))
     missing, unknown = {"tasks", "methods", "epsilons", "seeds"} - set(grid), set(grid) - GRID_KEYS
     if missing or unknown:
         raise UsageError(f"grid {path}: " + "; ".join(
@@ -143,7 +121,7 @@ def load_grid(path: str) -> dict[str, Any]:
     if isinstance(grid["seeds"], dict):
         if stray := [key for key in grid["seeds"] if key != "default" and key not in grid["tasks"]]:
             raise UsageError(f"grid {path}: seeds names tasks not in the grid: {', '.join(stray)}")
-        if uncounted := [task for task in grid["tasks"] if seeds_for(grid, task) is None]:
+        if uncounted := [task for task in grid["tasks"] if grid_file.seeds_for(grid, task) is None]:
             raise UsageError(f"grid {path}: seeds gives no count for {', '.join(uncounted)} (and no \"default\")")
     infeasible.parse(grid.get("infeasible"), grid["tasks"], grid["epsilons"], f"grid {path}")
     notes.parse(grid.get("notes"), f"grid {path}", grid)
@@ -161,7 +139,7 @@ def cells(grid: dict[str, Any]) -> list[Cell]:
                 private = methods[method].private
                 budgets = grid["epsilons"] if private else [None]
                 found += [Cell(track, task, method, None if epsilon is None else float(epsilon),
-                               tuple(range(seeds_for(grid, task))), grid["trials"],
+                               tuple(range(grid_file.seeds_for(grid, task))), grid["trials"],
                                grid["neighbouring"] if private else None)
                           for epsilon in budgets]
     return found

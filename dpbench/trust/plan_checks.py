@@ -57,14 +57,39 @@ def _rejected(task_name: str, options: str) -> str | None:
 
 
 @functools.cache
-def _task_size(task_name: str, options: str) -> tuple[int, str] | str:
-    """(n, data_id) of a built-in task's training data on this machine, or why it cannot be loaded here (the
-    canonical sources of a mirror this machine lacks: any loader's error; n then goes unchecked, and is said so)."""
+def _task_data(task_name: str, options: str) -> tuple[int, str, int, float | None] | str:
+    """(n, data_id, n_test, test majority rate) of a built-in task's data on this machine, or why it cannot be loaded
+    here (the canonical sources of a mirror this machine lacks: any loader's error; the facts then go unchecked, and
+    are said so)."""
+    from dpbench.results.records import majority_rate
+
     try:
         data = _builtin_tasks()[task_name](**json.loads(options)).prepare(0)
     except Exception as error:  # noqa: BLE001 — whatever stops the loader, n is reported as not checked
         return f"its data cannot be loaded here ({type(error).__name__}: {str(error)[:120]})"
-    return data.n_train, data.data_id
+    return data.n_train, data.data_id, len(data.x_test), majority_rate(data)
+
+
+def check_test_set(record: dict[str, Any]) -> str | None:
+    """Refuse an ``n_test`` or ``test_majority_rate`` that is not the built-in task's public test set on this machine:
+    the board's interval reads n_test, and its collapsed and below-majority checks the majority rate, so a record
+    that raised the rate hid a collapsed cell, and one that lowered n_test widened its interval into a tie (review of
+    27 November). Returns why they could not be checked (a plugin task, data not here or not the record's), else
+    None; the test set does not depend on the seed or the tuning's split."""
+    task = _builtin_task(record)
+    if task is None:
+        return f"task {record['task']} is a plugin's"
+    found = _task_data(task.name, json.dumps(_options(task, record), sort_keys=True))
+    if isinstance(found, str):
+        return found
+    _, data_id, n_test, rate = found
+    if record["data_id"] != data_id and not record["data_id"].startswith(f"{data_id}+"):  # audits: "+m-...canaries"
+        return f"its data {record['data_id']!r} is not this machine's {data_id!r}"
+    for field, value in (("n_test", n_test), ("test_majority_rate", rate)):
+        if field not in record or record[field] != value or isinstance(record[field], bool):
+            raise Mismatch(f"{field} is {record.get(field, 'missing')!r}, but task {task.name}'s test set on "
+                           f"{data_id} gives {value!r}")
+    return None
 
 
 def check_n_train(record: dict[str, Any]) -> str | None:
@@ -76,10 +101,10 @@ def check_n_train(record: dict[str, Any]) -> str | None:
     task = _builtin_task(record)
     if task is None:
         return f"task {record['task']} is a plugin's"
-    found = _task_size(task.name, json.dumps(_options(task, record), sort_keys=True))
+    found = _task_data(task.name, json.dumps(_options(task, record), sort_keys=True))
     if isinstance(found, str):
         return found
-    n, data_id = found
+    n, data_id, _, _ = found
     if record["data_id"] != data_id and not record["data_id"].startswith(f"{data_id}+"):  # audits: "+m-...canaries"
         return f"its data {record['data_id']!r} is not this machine's {data_id!r}"
     tuning = record.get("tuning") or {}

@@ -20,7 +20,7 @@ from dpbench.results.records import LEDGER_VERSION
 from dpbench.trust import audit
 from dpbench.trust.canaries import OBSERVERS
 from dpbench.trust.plan_checks import (_builtin, _builtin_task, _charged_sigma, _options, _plan, _run_event,
-                                      _training_event, check_n_train)
+                                      _training_event, check_n_train, check_test_set)
 from dpbench.trust.recompute import (Mismatch, _at_least, _check_delta, _check_positive, _close, _doubled, _epsilon,
                                      _error, _rdp, _rdp_error)
 from dpbench.trust.release_checks import (_check_output_sensitivities, _check_relation, _output_classifiers,
@@ -293,8 +293,8 @@ def _check_labels(record: dict[str, Any], tuning: dict[str, Any]) -> None:
 
 
 def check(record: dict[str, Any], unchecked: list[str] | None = None) -> list[str]:
-    """What is wrong with one record (empty: nothing); why its ``n_train`` could not be tied to its task's data, if
-    so, is appended to ``unchecked``."""
+    """What is wrong with one record (empty: nothing); why its ``n_train``, ``n_test`` or ``test_majority_rate``
+    could not be tied to its task's data, if so, is appended to ``unchecked``."""
     problems = []
     if record["run_id"] != content_id(record):
         problems.append(f"run_id {record['run_id']} is not the content hash {content_id(record)}")
@@ -330,10 +330,14 @@ def check(record: dict[str, Any], unchecked: list[str] | None = None) -> list[st
             check_release(record)
         else:
             _check_gradient_run(record)
-        if record.get("kind") == "audit" or record.get("private", True):  # last: its checks assume the branch's
-            reason = check_n_train(record)
-            if reason is not None and unchecked is not None:
-                unchecked.append(reason)
+        reasons = []  # last: their checks assume the branch's
+        if record.get("kind") == "audit" or record.get("private", True):
+            reasons.append(check_n_train(record))
+        if record.get("kind", "run") == "run":  # the board's cells (an audit's and a federated run's are not)
+            reasons.append(check_test_set(record))
+        reason = next((reason for reason in reasons if reason is not None), None)
+        if reason is not None and unchecked is not None:
+            unchecked.append(reason)
     except Mismatch as error:
         problems.append(str(error))
     except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError, OverflowError,

@@ -9,8 +9,10 @@ For every record (one JSON object per line):
   ledger, or a release method's without one, is refused; a plugin's ledger must come without noisy gradients and
   isolation), and δ must lie in (0, 1) and below 1/n unless the record says it was forced (``delta_forced``);
 * n: a built-in task's record must have the task's training examples on this machine (a privately tuned record:
-  those its public validation split leaves), since q and the plan's steps follow n; where that cannot be checked
-  (a plugin task, data not here or not the record's, a secret split) a line on stderr says how many and why;
+  those its public validation split leaves), since q and the plan's steps follow n; and every run's ``n_test`` and
+  ``test_majority_rate`` must be its task's public test set's, since the board's intervals and collapsed checks read
+  them; where that cannot be checked (a plugin task, data not here or not the record's, a secret split) a line on
+  stderr says how many and why;
 * ε, recomputed from the record's mechanism fields with dp-accounting directly (the events are built by
   :mod:`dpbench.trust.recompute`, not by ``dpbench.privacy.accounting``), and compared one-sidedly with the
   record's: a record may state more ε than recomputed, never less by more than the accountant's numerical error
@@ -109,8 +111,8 @@ def verify(path: str, rerun_count: int = 0, seed: int = 0) -> tuple[int, list[st
                 for record in records for problem in check(record, unchecked)]
     if unchecked:
         reasons = Counter(unchecked)
-        print(f"{len(unchecked)} record(s) whose n_train is not tied to their task's data here, so that only a rerun "
-              f"checks their q and steps: " + "; ".join(f"{count}: {reason}" for reason, count in reasons.most_common()),
+        print(f"{len(unchecked)} record(s) whose n_train or test set is not tied to their task's data here, so that "
+              f"only a rerun checks their q, steps, n_test and majority rate: " + "; ".join(f"{count}: {reason}" for reason, count in reasons.most_common()),
               file=sys.stderr)
     if rerun_count:
         problems += rerun(records, rerun_count, seed)
