@@ -263,3 +263,30 @@ def test_the_untuned_records_of_a_sweep_over_several_epsilons_rerun_exactly(tmp_
     assert main(["leaderboard", "--format", "jsonl", "--out", str(out)]) == 0
     capsys.readouterr()
     assert main(["verify", str(out), "--rerun", "4"]) == 0, capsys.readouterr().out
+
+
+def test_a_job_that_raises_fails_its_cells_alone_and_the_sweep_exits_non_zero(monkeypatch, tmp_path, capsys):
+    """An error no refusal explains (a bug, a guard) ended the whole sweep, losing every cell still running; now the
+    failed job's cells are reported with their traceback, nothing of them is stored, the other cells run, the sweep
+    exits 1, and a second sweep retries only the failed cells."""
+    grid = {"tasks": ["breast_cancer"], "methods": ["dpsgd", "dpgd"], "epsilons": [1.0], "seeds": 2,
+            "tracks": ["none"]}
+    path = tmp_path / "grid.json"
+    path.write_text(json.dumps(grid))
+    run_job = sweep.run_job
+
+    def failing(job):
+        if job[0].method == "dpgd":
+            raise RuntimeError("planted failure")
+        return run_job(job)
+
+    monkeypatch.setattr(sweep, "run_job", failing)
+    assert main(["sweep", str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert out.strip() == "2 ran, 0 already stored, 0 refused, 2 failed"
+    assert "sweep: none breast_cancer dpgd eps=1 failed, nothing stored for it:\nTraceback" in err
+    assert "RuntimeError: planted failure" in err and "run the sweep again to retry them" in err
+    assert sorted({r["method"] for r in store.load()}) == ["dpsgd"]
+    monkeypatch.setattr(sweep, "run_job", run_job)
+    assert main(["sweep", str(path)]) == 0
+    assert capsys.readouterr().out.strip() == "2 ran, 2 already stored, 0 refused"

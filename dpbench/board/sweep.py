@@ -43,6 +43,7 @@ import json
 import os
 import signal
 import sys
+import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -232,6 +233,23 @@ def run_job(job: tuple[Cell, ...]) -> list[tuple[Cell, list[dict[str, Any]], str
 
 # ---- the grid --------------------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Failure:
+    """A job that raised what no refusal explains (a bug, a guard, a worker's error): its traceback."""
+    trace: str
+
+
+def _outcomes(job: tuple[Cell, ...], result) -> list[tuple[Cell, list[dict[str, Any]], str | Failure | None]]:
+    """The job's outcomes from ``result()`` (the job's run, or its future's result); if it raises, each of the job's
+    cells failed, with the traceback, and nothing of them is stored: the sweep goes on with the other jobs and exits
+    non-zero at the end (a 20-hour grid lost every cell still running to one cell's error, and a rerun resumes the
+    failed cells alone)."""
+    try:
+        return result()
+    except Exception as error:  # noqa: BLE001 — reported with its traceback and counted; the sweep exits 1
+        trace = "".join(traceback.format_exception(error)).rstrip()
+        return [(cell, [], Failure(trace)) for cell in job]
+
 def _cost(cell: Cell, methods: dict[str, type]) -> tuple[int, int]:
     """Order of the jobs: references and full-data methods (the longest) first, tuned cells before untuned ones, so
     that the workers end together."""
@@ -363,7 +381,8 @@ def _remote_client(scheduler: str, threads: int | None):
 
 def run_grid(grid: dict[str, Any], workers: int = 1, progress: bool = True, scheduler: str | None = None,
              threads: int | None = None) -> dict[str, int]:
-    """Run every cell not yet stored; returns counts of runs done, already stored and refused.
+    """Run every cell not yet stored; returns counts of runs done, already stored and refused, and (if any) of the
+    runs of cells whose job failed (:func:`_outcomes`).
 
     ``workers`` > 1 runs that many cells at once on a Dask ``LocalCluster`` of worker processes, each with at most
     an equal share of the CPU cores as torch threads (``threads``: that many); ``scheduler`` (``tcp://host:port``)
@@ -397,19 +416,23 @@ def run_grid(grid: dict[str, Any], workers: int = 1, progress: bool = True, sche
             report(cell, reason)
         grouped = jobs(pending_cells)
         if workers == 1 and not scheduler:
-            results = map(run_job, grouped)
+            results = (_outcomes(job, lambda job=job: run_job(job)) for job in grouped)
         elif grouped:
             from distributed import as_completed
 
             client = client or starting.result()[1]
-            futures = [client.submit(run_job, job, pure=False) for job in grouped]
-            results = (future.result() for future in as_completed(futures))
+            futures = {client.submit(run_job, job, pure=False): job for job in grouped}
+            results = (_outcomes(futures[future], future.result) for future in as_completed(futures))
         else:
             results = iter(())
         bar = stack.enter_context(stages.bar(total=len(pending_cells), desc="sweep", unit="cell", disable=not progress,
                                              file=sys.stderr, dynamic_ncols=True))
         for cell, finished, refusal in (outcome for outcomes in results for outcome in outcomes):
             bar.update(1)
+            if isinstance(refusal, Failure):
+                print(f"sweep: {cell.label()} failed, nothing stored for it:\n{refusal.trace}", file=sys.stderr)
+                counts["failed"] = counts.get("failed", 0) + len(cell.seeds)
+                continue
             if refusal is not None:
                 report(cell, refusal)
                 counts["refused"] += len(cell.seeds)

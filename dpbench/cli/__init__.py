@@ -63,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
             counts = sweep.run_grid(grid, args.workers, scheduler=args.scheduler,
                                     threads=threads.requested(args.threads)[0])
             print(", ".join(f"{count} {what}" for what, count in counts.items()))
+            if counts.get("failed"):
+                print("dpbench: some cells failed (their tracebacks above); run the sweep again to retry them",
+                      file=sys.stderr)
+                return 1
         elif args.command == "leaderboard" and args.boundary_hits:
             from dpbench.board import boundary, leaderboard
 
