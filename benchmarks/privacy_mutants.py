@@ -1014,14 +1014,25 @@ MUTANTS = [
     Mutant("board-inconsistent-runs-unchecked", "board", "a cell whose runs disagree on the unverified majority rate "
            "loses its collapsed test silently", "dpbench/board/check.py", "    if disagreeing:\n", "    if False:\n",
            first="tests/test_board_check.py::test_a_cell_whose_runs_disagree_on_the_majority_rate_is_reported"),
-    Mutant("board-seed-count-unchecked", "board", "a cell of one seed (no interval, no t-test) or of fewer seeds than "
-           "the grid asks passes every check", "dpbench/board/check.py",
-           "            if cell.n_seeds < table.seeds_asked:\n", "            if False:\n",
-           first="tests/test_board_check.py::test_a_cell_with_fewer_seeds_than_the_grid_asks_is_reported"),
-    Mutant("board-grid-seeds-ignored", "board", "the grid's seed count is not what the board asks of a cell",
-           "dpbench/board/leaderboard.py", "        table.seeds_asked = max(2, asked.get(table.task, 2))\n",
-           "        table.seeds_asked = 2\n",
-           first="tests/test_board_check.py::test_a_cell_with_fewer_seeds_than_the_grid_asks_is_reported"),
+    Mutant("board-seed-set-unchecked", "board", "a cell of one seed (no interval, no t-test), or of seeds other than "
+           "the grid's (picked, or copies under secret seeds), passes every check", "dpbench/board/check.py",
+           "            if problem is not None:\n                found.append(Violation(\"seeds\"",
+           "            if False:\n                found.append(Violation(\"seeds\"",
+           first="tests/test_board_check.py::test_a_cell_whose_seeds_are_not_the_grids_is_reported_in_every_table"),
+    Mutant("board-grid-seeds-ignored", "board", "the grid's seeds are not what the board asks of a cell",
+           "dpbench/board/leaderboard.py", "        table.seeds_asked = asked.get(table.task)\n",
+           "        table.seeds_asked = None\n",
+           first="tests/test_board_check.py::test_a_cell_whose_seeds_are_not_the_grids_is_reported_in_every_table"),
+    Mutant("board-seeds-only-in-accuracy-tables", "board", "a table of another metric skips the seed check",
+           "dpbench/board/check.py", "    for table in tables:\n        for (row, column), cell in table.cells.items():\n"
+           "            problem = _seeds(", "    for table in tables:\n        for (row, column), cell in "
+           "table.cells.items() if table.direction == \"higher\" else ():\n            problem = _seeds(",
+           first="tests/test_board_check.py::test_a_cell_whose_seeds_are_not_the_grids_is_reported_in_every_table"),
+    Mutant("verify-test-set-type-unchecked", "verify", "n_test as a float (equal, but the board's interval then falls "
+           "back to a wider one) passes", "dpbench/trust/plan_checks.py",
+           "record[field] != value or type(record[field]) is not type(value):",
+           "record[field] != value or isinstance(record[field], bool):",
+           first="tests/test_verify.py::test_a_test_set_that_is_not_the_tasks_fails"),
 ]
 
 

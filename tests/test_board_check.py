@@ -43,7 +43,7 @@ def test_a_clean_board_passes(capsys):
     ("decreasing", "dpsgd", 8, {**CLEAN, "dpsgd": {1: 0.80, 2: 0.795, 8: 0.79}}, None, None),
     ("wide-interval", "dpgd", 8, {**CLEAN, "dpgd": {1: 0.78, 2: 0.80, 8: 0.85}}, ("dpgd", 8), None),
     # one seed, at the majority rate 0.6: no interval and no t-test, so that no other check saw it
-    ("too-few-seeds", "dpgd", 1, {**CLEAN, "dpgd": {1: 0.607, 2: 0.80, 8: 0.82}}, None, ("dpgd", 1)),
+    ("seeds", "dpgd", 1, {**CLEAN, "dpgd": {1: 0.607, 2: 0.80, 8: 0.82}}, None, ("dpgd", 1)),
 ])
 def test_one_defect_is_exactly_one_violation_until_explained(capsys, tmp_path, kind, method, epsilon, means, wide,
                                                              single):
@@ -139,9 +139,11 @@ def test_an_exception_with_an_unknown_key_or_relation_is_refused(capsys, tmp_pat
         assert check(capsys, "--exceptions", str(exceptions))[0] == code, extra
 
 
-def test_a_cell_with_fewer_seeds_than_the_grid_asks_is_reported(capsys, tmp_path):
-    """The grid's ``seeds`` is what the board's statistics assume: the same five-seed board passes under a grid asking
-    five of digits and reports every cell under one asking ten; a grid whose seeds are malformed is refused."""
+def test_a_cell_whose_seeds_are_not_the_grids_is_reported_in_every_table(capsys, tmp_path):
+    """The grid's ``seeds`` (0, ..., k − 1) are what the board's statistics assume: the five-seed board passes under a
+    grid asking five of digits and reports every cell under one asking ten; five of six seeds (a pick), and a run
+    copied under secret seeds (each a seed of its own), are reported too, also in a table of another metric, where
+    the accuracy checks do not run; a grid the sweep would refuse is refused."""
     board()
     grid = {"tasks": ["digits"], "methods": ["dpsgd", "dpgd"], "epsilons": [1, 2, 8], "seeds": {"default": 5}}
     path = tmp_path / "grid.json"
@@ -149,8 +151,64 @@ def test_a_cell_with_fewer_seeds_than_the_grid_asks_is_reported(capsys, tmp_path
     assert check(capsys, "--grid", str(path)) == (0, [])
     path.write_text(json.dumps({**grid, "seeds": {"default": 5, "digits": 10}}))
     code, lines = check(capsys, "--grid", str(path))
-    assert code == 1 and len(lines) == 7 and all(line.startswith("too-few-seeds: digits") and line.endswith(
-        "5 seed(s), 10 asked: its interval, tests and comparisons rest on fewer") for line in lines), lines
-    path.write_text(json.dumps({**grid, "seeds": {"digits": 0}}))
+    assert code == 1 and len(lines) == 7 and all(line.startswith("seeds: digits") and line.endswith(
+        "seeds 0, 1, 2, 3, 4, not the grid's 0 to 9: its interval, tests and comparisons rest on other runs")
+        for line in lines), lines
+    path.write_text(json.dumps(grid))
+    add_run(0.84, method="dpsgd", seed=5, epsilon_target=8, epsilon=8, test_majority_rate=0.6)
+    copied = add_run(0.84, method="dpsgd", seed="secret", epsilon_target=2, epsilon=2, test_majority_rate=0.6)
+    add_run(0.84, method="dpsgd", seed="secret", epsilon_target=2, epsilon=2, test_majority_rate=0.6,
+            created_at="2025-01-02T00:00:00+00:00")
+    assert copied["seed"] == "secret"
     code, lines = check(capsys, "--grid", str(path))
-    assert code == 2
+    assert code == 1 and lines == [
+        "seeds: digits (add-remove) · none · dpsgd · ε = 2: seeds 0, 1, 2, 3, 4 and 2 secret, not the grid's 0 to 4: "
+        "its interval, tests and comparisons rest on other runs",
+        "seeds: digits (add-remove) · none · dpsgd · ε = 8: seeds 0, 1, 2, 3, 4, 5, not the grid's 0 to 4: its "
+        "interval, tests and comparisons rest on other runs"], lines
+    add_run(None, method="dpgd", seed=0, epsilon_target=1, epsilon=1, metrics={"test_loss": 0.5})  # a loss table
+    code, lines = check(capsys, "--grid", str(path))
+    assert "seeds: digits (add-remove) · none · dpgd · ε = 1: seeds 0, not the grid's 0 to 4: its interval, tests " \
+           "and comparisons rest on other runs" in lines and len(lines) == 3, lines
+    for wrong in ({**grid, "seeds": {"digits": 0}}, {**grid, "seeds": {"adult": 5}}, {**grid, "tasks": "digits"},
+                  {key: value for key, value in grid.items() if key != "tasks"}):
+        path.write_text(json.dumps(wrong))
+        assert check(capsys, "--grid", str(path)) == (2, []), wrong
+
+
+def test_one_cause_may_name_irregular_cells_and_several_kinds(capsys, tmp_path):
+    """A cause that holds at cells no single product covers lists them (``cells``, parts as the grid's notes), and one
+    that shows as several kinds names them all; each named cell must still match a violation of one of its kinds,
+    and a malformed entry is refused with its number."""
+    board({**CLEAN, "dpsgd": {1: 0.60, 2: 0.82, 8: 0.84}, "dpgd": {1: 0.55, 2: 0.58, 8: 0.82}})
+    code, lines = check(capsys)
+    assert code == 1 and [line.split(": ")[0] for line in lines] == [
+        "below-majority", "below-majority", "collapsed"], lines
+    entry = {"kind": ["collapsed", "below-majority"], "reason": "a test of the check", "tested_by": "pytest",
+             "cells": [{"task": "digits", "method": "dpsgd", "track": "none", "epsilons": [1]},
+                       {"task": "digits", "method": "dpgd", "track": "none", "epsilons": [1, 2]}]}
+    exceptions = tmp_path / "exceptions.json"
+    exceptions.write_text(json.dumps([entry]))
+    assert check(capsys, "--exceptions", str(exceptions)) == (0, [])
+    one_kind = {**entry, "kind": "collapsed"}  # dpgd's cells are below the rate, not collapsed: named, unexplained
+    exceptions.write_text(json.dumps([one_kind]))
+    code, lines = check(capsys, "--exceptions", str(exceptions))
+    assert code == 1 and [line.split(":")[0] for line in lines] == [
+        "below-majority", "below-majority",
+        "stale exception (digits · dpgd · none · ε = 1.0, digits · dpgd · none · ε = 2.0 matches no violation)"], lines
+    extra = {**entry, "cells": [*entry["cells"], {"task": "digits", "method": "dpgd", "track": "none",
+                                                  "epsilons": [8]}]}
+    exceptions.write_text(json.dumps([extra]))
+    code, lines = check(capsys, "--exceptions", str(exceptions))
+    assert code == 1 and [line.split(":")[0] for line in lines] == [
+        "stale exception (digits · dpgd · none · ε = 8.0 matches no violation)"]
+    part = entry["cells"][0]
+    for wrong in ({**entry, "task": "digits", "method": "dpsgd", "track": "none", "epsilons": [1]},  # both forms
+                  {key: value for key, value in entry.items() if key != "cells"},  # neither
+                  {**entry, "cells": []}, {**entry, "cells": [{**part, "tracks": "none"}]},
+                  {**entry, "cells": [{key: value for key, value in part.items() if key != "epsilons"}]},
+                  {**entry, "kind": ["collapsed", "collapse"]}, {**entry, "kind": ["collapsed", "collapsed"]},
+                  {**entry, "kind": []}):
+        exceptions.write_text(json.dumps([entry, wrong]))
+        code, lines = check(capsys, "--exceptions", str(exceptions))
+        assert code == 2 and lines == [], wrong

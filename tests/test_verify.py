@@ -782,6 +782,9 @@ def test_a_test_set_that_is_not_the_tasks_fails(tmp_path, genuine, name, field, 
                        f"{record[field]!r}")
     [problem] = problems_of(tmp_path, records.seal({key: v for key, v in record.items() if key != field}))
     assert problem.startswith(f"{field} is 'missing', but task {record['task']}'s test set")
+    if field == "n_test":  # equal, but a float: the board's interval reads an int only
+        [problem] = problems_of(tmp_path, forged(record, n_test=float))
+        assert problem.startswith(f"n_test is {float(record['n_test'])!r}, but")
 
 
 def test_every_built_in_tasks_record_has_its_n_checked_and_the_rest_are_counted(tmp_path, genuine, capsys):

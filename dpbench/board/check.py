@@ -32,10 +32,12 @@ Violations (each a line: kind, task, relation, track, method, ε, and the number
   (``test_majority_rate``, ``n_test``: verify ties both to the task's test set, but the board also reads records
   verify has not seen); the cell's tests that read them do not run (review of 27 November: one seed's rate changed by
   1e-7 switched its ``collapsed`` off);
-* ``too-few-seeds``: a cell with fewer seeds than the grid asks of its task (``seeds``; at least two without a grid):
-  its interval, its t-test against the majority-class rate and its column's comparison rest on fewer runs than the
-  board's statistics assume, and a cell of one seed has none of them, so that every other check of the cell passed it
-  silently (a sweep stopped mid-cell, or a run added by hand);
+* ``seeds``: a cell whose seeds are not the grid's 0, ..., k − 1 for its task (too few, others, or ``--secret-seed``
+  runs, which a sweep never makes: five seeds picked from ten, or one run copied under secret seeds, passed), or,
+  without a grid, a cell of fewer than two seeds: its interval, its t-test against the majority-class rate and its
+  column's comparison rest on other runs than the board's statistics assume, and a cell of one seed has none of them,
+  so that every other check passed it silently (a sweep stopped mid-cell, runs added by hand). In tables of every
+  metric, where the rest apply to accuracies (higher is better) only;
 * ``infeasible-above-trivial``: a cell the grid declares infeasible (:mod:`dpbench.board.infeasible`) whose mean is
   significantly above the majority-class rate: the declaration is wrong. Declared cells are never reported
   ``collapsed`` or ``below-majority``: nothing was expected to learn there.
@@ -43,31 +45,24 @@ Violations (each a line: kind, task, relation, track, method, ε, and the number
 The declarations are the ``infeasible`` key of the grid (by default ``grid.json`` beside the records file; ``--grid``).
 
 An exceptions file (JSON list; by default ``exceptions.json`` beside the records file) explains the ones that remain
-after investigation, one entry per cause: ``{"kind", "task", "method", "track", "epsilons": [...] or "all", "reason",
-"tested_by"}`` (``relation`` optional: without it, an entry covers every relation). ``task``, ``method`` and ``track``
-are a name or a list of names (a cause that holds for several: the entry covers every combination); ``reason`` names
-the cause and what measuring it found, ``tested_by`` the command that measures it. Every cell an entry names (each
-combination of its task, method, track and ε) must match a violation: one that matches none is a stale explanation,
-itself a violation.
+after investigation, one entry per cause, with the command that tests it (:mod:`dpbench.board.exceptions`). Every cell
+an entry names must match a violation of its kinds: one that matches none is a stale explanation, itself a violation.
 """
 from __future__ import annotations
 
-import itertools
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpbench.board import boundary
+from dpbench.board import boundary, exceptions
+from dpbench.board.exceptions import Explanation
 from dpbench.board.model import Cell, Table
 from dpbench.board.reference import reference as reference_of
 from dpbench.board.stats import ALPHA, holm
-from dpbench.choices import NEIGHBOURING
-from dpbench.errors import UsageError
 
 KINDS = ("above-reference", "above-non-private", "decreasing", "collapsed", "below-majority", "wide-interval",
-         "boundary-hit", "infeasible-above-trivial", "inconsistent-runs", "too-few-seeds")
+         "boundary-hit", "infeasible-above-trivial", "inconsistent-runs", "seeds")
 #: fields the cell's statistics read from its runs (verify ties them to the task's test set; the board also reads files
 #: it has not seen): runs disagreeing on one left the cell without a majority rate (its collapsed, below-majority and
 #: infeasible tests silently off) or a test size
@@ -176,9 +171,28 @@ def _boundary_hits(tables: list[Table]) -> list[Violation]:
     return found
 
 
+def _seeds(cell: Cell, asked: int | None) -> str | None:
+    """What is wrong with the cell's seeds (``seeds``, module docstring), else None."""
+    seeds = [run["seed"] for run in cell.runs]
+    if asked is None:
+        return None if cell.n_seeds >= 2 else f"{cell.n_seeds} seed: no interval, no t-test, no comparison"
+    expected = set(range(asked))
+    if "secret" not in seeds and set(seeds) == expected:
+        return None
+    shown = sorted(set(seeds) - {"secret"})
+    secret = seeds.count("secret")
+    return (f"seeds {', '.join(map(str, shown)) or 'none'}{f' and {secret} secret' if secret else ''}, not the "
+            f"grid's 0 to {asked - 1}: its interval, tests and comparisons rest on other runs")
+
+
 def violations(tables: list[Table]) -> list[Violation]:
     found: list[Violation] = _boundary_hits(tables)
     for table in tables:
+        for (row, column), cell in table.cells.items():
+            problem = _seeds(cell, table.seeds_asked)
+            if problem is not None:
+                found.append(Violation("seeds", table.task, table.neighbouring, row.tuning, row.method,
+                                       column.epsilon if column.kind != "non-private" else None, problem))
         if table.direction != "higher":
             continue
         reference = next((cell for (row, column), cell in table.cells.items()
@@ -194,10 +208,6 @@ def violations(tables: list[Table]) -> list[Violation]:
             decided = marks.get(row) == "winner" or adjusted.get(row, 1.0) < ALPHA
             found += [Violation(kind, table.task, table.neighbouring, row.tuning, row.method, epsilon, detail)
                       for kind, detail in _cell_violations(cell, reference, private, infeasible, decided)]
-            if cell.n_seeds < table.seeds_asked:
-                found.append(Violation("too-few-seeds", table.task, table.neighbouring, row.tuning, row.method,
-                                       epsilon, f"{cell.n_seeds} seed(s), {table.seeds_asked} asked: its interval, "
-                                       f"tests and comparisons rest on fewer"))
             if converged is not None and private:
                 excess, two_se = cell.mean - converged[1].mean, 2 * _se_difference(cell, converged[1])
                 if excess > two_se and excess > 0:
@@ -212,100 +222,17 @@ def violations(tables: list[Table]) -> list[Violation]:
     return sorted(set(found), key=lambda v: (v.task, v.kind, v.track, v.method, v.epsilon or 0.0, v.relation or ""))
 
 
-LISTABLE = ("task", "method", "track")
-
-
-def _names(value: Any) -> bool:
-    return (isinstance(value, str) and bool(value)) or (isinstance(value, list) and bool(value) and all(
-        isinstance(name, str) and name for name in value) and len(set(value)) == len(value))
-
-
-def _text(value: Any) -> bool:
-    return isinstance(value, str) and bool(value.strip())
-
-
-def _epsilon_list(value: Any) -> bool:
-    """"all", or a non-empty list of distinct numbers (``null`` for a non-private cell or a boundary hit)."""
-    return value == "all" or (isinstance(value, list) and bool(value) and all(
-        e is None or (isinstance(e, (int, float)) and not isinstance(e, bool) and math.isfinite(e)) for e in value)
-        and len(set(value)) == len(value))
-
-
-def _problem(entry: Any) -> str | None:
-    """What is wrong with one exceptions entry, or None."""
-    required = ("kind", "task", "method", "track", "epsilons", "reason", "tested_by")
-    if not isinstance(entry, dict) or any(key not in entry for key in required):
-        return f"it needs {', '.join(required)} (relation optional)"
-    if entry["kind"] not in KINDS:
-        return f"kind must be one of {', '.join(KINDS)}"
-    if not _text(entry["reason"]) or not _text(entry["tested_by"]):
-        return "reason (the cause, and what measuring it found) and tested_by (the command that measures it) must " \
-               "be non-empty"
-    if not all(_names(entry[key]) for key in LISTABLE):
-        return "task, method and track must each be a name or a list of distinct names"
-    if not _epsilon_list(entry["epsilons"]):
-        return 'epsilons must be "all" or a non-empty list of distinct numbers (null: non-private or every ε)'
-    if set(entry) - set(required) - {"relation"}:
-        return f"unknown keys {', '.join(sorted(set(entry) - set(required) - {'relation'}))}"
-    if "relation" in entry and entry["relation"] not in NEIGHBOURING:
-        return f"relation must be one of {', '.join(NEIGHBOURING)} (or left out: every relation)"
-    return None
-
-
-def load_exceptions(path: Path) -> list[dict[str, Any]]:
-    try:
-        entries = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise UsageError(f"cannot read the exceptions file {path}: {error}") from None
-    if not isinstance(entries, list):
-        raise UsageError(f"{path}: a JSON list of exceptions is expected")
-    for number, entry in enumerate(entries):
-        problem = _problem(entry)
-        if problem is not None:
-            raise UsageError(f"{path}: entry {number}: {problem}")
-    return entries
-
-
-def _epsilons(entry: dict[str, Any]) -> list[float | None] | str:
-    return "all" if entry["epsilons"] == "all" else [None if e is None else float(e) for e in entry["epsilons"]]
-
-
-def _listed(entry: dict[str, Any], key: str) -> list[str]:
-    return entry[key] if isinstance(entry[key], list) else [entry[key]]
-
-
-def _explains(entry: dict[str, Any], violation: Violation) -> bool:
-    epsilons = _epsilons(entry)
-    return (entry["kind"] == violation.kind
-            and all(getattr(violation, key) in _listed(entry, key) for key in LISTABLE)
-            and entry.get("relation", violation.relation) == violation.relation
-            and (epsilons == "all" or violation.epsilon in epsilons))
-
-
-def _stale(entry: dict[str, Any], found: list[Violation]) -> list[str]:
-    """Every cell an entry names that matches no violation: each (task, method, track, ε) of its lists' product
-    (with ``"all"`` ε, each (task, method, track) must match at least one): an entry explains exactly the cells it
-    names, so a listed name or ε cannot silence a cell that did not violate when the cause was tested."""
-    matched = {(v.task, v.method, v.track, v.epsilon) for v in found if _explains(entry, v)}
-    epsilons = _epsilons(entry)
-    stale = []
-    for task, method, track in itertools.product(*(_listed(entry, key) for key in LISTABLE)):
-        if epsilons == "all":
-            if not any(cell[:3] == (task, method, track) for cell in matched):
-                stale.append(f"{task} · {method} · {track} · every ε")
-            continue
-        stale += [f"{task} · {method} · {track} · ε = {e}" for e in epsilons
-                  if (task, method, track, e) not in matched]
-    return stale
-
-
-def check(tables: list[Table], exceptions: list[dict[str, Any]]) -> list[str]:
-    """The lines to report: unexplained violations, and explanations (or listed ε) that match nothing."""
+def check(tables: list[Table], explanations: list[Explanation]) -> list[str]:
+    """The lines to report: unexplained violations, and explanations (or cells they name) that match nothing."""
     found = violations(tables)
-    problems = [v.line() for v in found if not any(_explains(entry, v) for entry in exceptions)]
-    for entry in exceptions:
-        stale = _stale(entry, found)
+    problems = [v.line() for v in found if not any(entry.explains(v) for entry in explanations)]
+    for entry in explanations:
+        stale = entry.stale(found)
         if stale:
-            problems.append(f"stale exception ({', '.join(stale)} matches no violation): "
-                            f"{json.dumps(entry, ensure_ascii=False)}")
+            problems.append(f"stale exception ({', '.join(stale)} matches no violation): {entry.text}")
     return problems
+
+
+def load_exceptions(path: Path) -> list[Explanation]:
+    """The exceptions file at ``path`` (:mod:`dpbench.board.exceptions`)."""
+    return exceptions.load(path, KINDS)

@@ -64,10 +64,10 @@ def _tables(records: list[dict[str, Any]], grid_path: str | None = None):
     tables = build_tables(runs, audits=audit_status(records))
     if not grid_path:
         return tables
-    grid, where = grid_file.read(Path(grid_path)), f"grid {grid_path}"
-    asked = grid_file.seeds_asked(grid, where)
+    grid, where = grid_file.load(grid_path), f"grid {grid_path}"
+    asked = grid_file.seeds_asked(grid)
     for table in tables:
-        table.seeds_asked = max(2, asked.get(table.task, 2))
+        table.seeds_asked = asked.get(table.task)
     return notes.annotate(infeasible.declare(tables, infeasible.from_grid(grid, where)), notes.from_grid(grid, where))
 
 

@@ -246,9 +246,9 @@ class Table:
     #: the (track, ε) of the private columns the grid declares infeasible (:mod:`dpbench.board.infeasible`; set by
     #: its ``declare``)
     infeasible: frozenset[tuple[str, float]] = field(default_factory=frozenset)
-    #: the seeds a cell must have for its interval, tests and comparisons to count: the grid's count for the task
-    #: (set from the grid by ``dpbench.board.leaderboard``), never fewer than two (a t-test needs two)
-    seeds_asked: int = 2
+    #: the grid's count k of seeds for the task (its cells must hold seeds 0, ..., k − 1; set from the grid by
+    #: ``dpbench.board.leaderboard``); None without a grid that names the task
+    seeds_asked: int | None = None
     #: the grid's notes (:mod:`dpbench.board.notes`; set by its ``annotate``): each noted cell's marks, and the
     #: (mark, text) of the notes this table shows
     cell_notes: dict[tuple[Row, Column], str] = field(default_factory=dict)

@@ -46,7 +46,6 @@ import sys
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
@@ -54,40 +53,17 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from dpbench import registry
 from dpbench import threads as dpbench_threads
 from dpbench.choices import REFERENCE_MODE
-from dpbench.board import grid as grid_file, infeasible, notes
+from dpbench.board import grid as grid_file
+from dpbench.board.grid import TRACKS
 from dpbench.data import stages
 from dpbench.errors import TuningError, UsageError
 from dpbench.method import ReleaseMethod
-from dpbench.privacy.accounting import NEIGHBOURING
 from dpbench.results import store
 from dpbench.results.identity import identity as record_identity
 from dpbench.results.records import check_stored
 from dpbench.run import allocator, multiseed, planning
 from dpbench.spec import RunSpec
 from dpbench.tuning import claims, reference, released, tune, validation
-
-TRACKS = ("none", "validation", "random-stopping")
-GRID_KEYS = {"tasks", "methods", "epsilons", "seeds", "tracks", "trials", "neighbouring", "reference", "infeasible",
-             "notes"}
-DEFAULTS = {"tracks": ["none"], "trials": 16, "neighbouring": None, "reference": False}
-
-
-def _names(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
-
-
-#: What each field of a grid takes (``neighbouring`` is checked against its choices): field -> (what, test).
-GRID_FIELDS = {
-    "tasks": ("a non-empty list of names", _names),
-    "methods": ("a non-empty list of names", _names),
-    "tracks": (f"a non-empty list of names ({', '.join(TRACKS)})", _names),
-    "epsilons": ("a non-empty list of positive numbers", lambda v: isinstance(v, list) and bool(v) and all(
-        isinstance(e, (int, float)) and not isinstance(e, bool) and 0 < e < float("inf") for e in v)),
-    "seeds": (grid_file.SEEDS_WHAT, grid_file.valid_seeds),
-    "trials": ("a whole number from 1 to 10000 (configurations or the mean of K per cell)", grid_file.count),
-    "reference": ("true or false (each task's converged non-private reference)", lambda v: isinstance(v, bool)),
-}
-
 
 @dataclass(frozen=True)
 class Cell:
@@ -105,32 +81,12 @@ class Cell:
 
 
 def load_grid(path: str) -> dict[str, Any]:
-    grid = grid_file.read(Path(path))
-    missing, unknown = {"tasks", "methods", "epsilons", "seeds"} - set(grid), set(grid) - GRID_KEYS
-    if missing or unknown:
-        raise UsageError(f"grid {path}: " + "; ".join(
-            part for part in [f"lacks {', '.join(sorted(missing))}" if missing else "",
-                              f"unknown keys {', '.join(sorted(unknown))}" if unknown else ""] if part))
-    grid = {**DEFAULTS, **grid}
-    for key, (takes, valid) in GRID_FIELDS.items():
-        if not valid(grid[key]):
-            raise UsageError(f"grid {path}: {key} must be {takes}, got {json.dumps(grid[key])[:80]}")
-    if unknown_tracks := [t for t in grid["tracks"] if t not in TRACKS]:
-        raise UsageError(f"grid {path}: unknown tracks {', '.join(unknown_tracks)}; choose from {', '.join(TRACKS)}")
-    if grid["neighbouring"] not in (None, *NEIGHBOURING):
-        raise UsageError(f"grid {path}: neighbouring must be one of {', '.join(NEIGHBOURING)}")
-    if isinstance(grid["seeds"], dict):
-        if stray := [key for key in grid["seeds"] if key != "default" and key not in grid["tasks"]]:
-            raise UsageError(f"grid {path}: seeds names tasks not in the grid: {', '.join(stray)}")
-        if uncounted := [task for task in grid["tasks"] if grid_file.seeds_for(grid, task) is None]:
-            raise UsageError(f"grid {path}: seeds gives no count for {', '.join(uncounted)} (and no \"default\")")
-    infeasible.parse(grid.get("infeasible"), grid["tasks"], grid["epsilons"], f"grid {path}")
-    notes.parse(grid.get("notes"), f"grid {path}", grid)
-    return grid
+    """The grid file at ``path``, checked (:func:`dpbench.board.grid.load`)."""
+    return grid_file.load(path)
 
 
 def cells(grid: dict[str, Any]) -> list[Cell]:
-    grid = {**DEFAULTS, **grid}
+    grid = {**grid_file.DEFAULTS, **grid}
     methods = registry.methods()
     found = [Cell(REFERENCE_MODE, task, REFERENCE_MODE, None, (0,), 0, None)
              for task in grid["tasks"] if grid["reference"]]
