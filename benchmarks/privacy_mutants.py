@@ -1028,6 +1028,9 @@ MUTANTS = [
            "            problem = _seeds(", "    for table in tables:\n        for (row, column), cell in "
            "table.cells.items() if table.direction == \"higher\" else ():\n            problem = _seeds(",
            first="tests/test_board_check.py::test_a_cell_whose_seeds_are_not_the_grids_is_reported_in_every_table"),
+    Mutant("board-mixed-code-unchecked", "board", "a method with runs of two versions of its code shows twice, "
+           "unreported", "dpbench/board/check.py", "        found += _mixed_code(table)\n", "",
+           first="tests/test_board_check.py::test_a_method_with_runs_of_two_versions_of_its_code_is_reported"),
     Mutant("verify-test-set-type-unchecked", "verify", "n_test as a float (equal, but the board's interval then falls "
            "back to a wider one) passes", "dpbench/trust/plan_checks.py",
            "record[field] != value or type(record[field]) is not type(value):",

@@ -212,3 +212,17 @@ def test_one_cause_may_name_irregular_cells_and_several_kinds(capsys, tmp_path):
         exceptions.write_text(json.dumps([entry, wrong]))
         code, lines = check(capsys, "--exceptions", str(exceptions))
         assert code == 2 and lines == [], wrong
+
+
+def test_a_method_with_runs_of_two_versions_of_its_code_is_reported(capsys):
+    """The rebuild's store held quantile_clip's validation cells of two versions of its file (an edit reverted 15
+    minutes later): the board showed the method twice, compared as two methods."""
+    board()
+    code = {"method": {"name": "dpgd", "file": "methods/dpgd.py", "external": False, "sha256": "e" * 64}}
+    for seed, offset in enumerate(OFFSETS):
+        add_run(0.80 + offset, method="dpgd", seed=seed, epsilon_target=2, epsilon=2, test_majority_rate=0.6,
+                code=code)
+    code, lines = check(capsys)
+    assert code == 1 and len(lines) == 1 and lines[0].startswith(
+        "mixed-code: digits (add-remove) · none · dpgd · ε = 2: runs of 2 versions of its code (eeeeeeeeeeee, unrecorded), "
+        "shown as 2 rows"), lines

@@ -38,6 +38,10 @@ Violations (each a line: kind, task, relation, track, method, ε, and the number
   column's comparison rest on other runs than the board's statistics assume, and a cell of one seed has none of them,
   so that every other check passed it silently (a sweep stopped mid-cell, runs added by hand). In tables of every
   metric, where the rest apply to accuracies (higher is better) only;
+* ``mixed-code``: a method with runs of more than one version of its code in a table's track (rows that differ only
+  in ``code``): a store that kept the runs of code since edited shows the method twice, and its two rows are compared
+  as two methods (the rebuild's store held quantile_clip's validation cells of two versions of its file). Reported at
+  each ε where both have a cell; the board of one version exports only that version's runs;
 * ``infeasible-above-trivial``: a cell the grid declares infeasible (:mod:`dpbench.board.infeasible`) whose mean is
   significantly above the majority-class rate: the declaration is wrong. Declared cells are never reported
   ``collapsed`` or ``below-majority``: nothing was expected to learn there.
@@ -51,7 +55,7 @@ an entry names must match a violation of its kinds: one that matches none is a s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +66,8 @@ from dpbench.board.reference import reference as reference_of
 from dpbench.board.stats import ALPHA, holm
 
 KINDS = ("above-reference", "above-non-private", "decreasing", "collapsed", "below-majority", "wide-interval",
-         "boundary-hit", "infeasible-above-trivial", "inconsistent-runs", "seeds")
+         "boundary-hit", "infeasible-above-trivial", "inconsistent-runs", "seeds",
+         "mixed-code")
 #: fields the cell's statistics read from its runs (verify ties them to the task's test set; the board also reads files
 #: it has not seen): runs disagreeing on one left the cell without a majority rate (its collapsed, below-majority and
 #: infeasible tests silently off) or a test size
@@ -185,9 +190,22 @@ def _seeds(cell: Cell, asked: int | None) -> str | None:
             f"grid's 0 to {asked - 1}: its interval, tests and comparisons rest on other runs")
 
 
+def _mixed_code(table: Table) -> list[Violation]:
+    """``mixed-code`` (module docstring): per (row but its code, column), the code versions with a cell there."""
+    versions: dict[tuple, set[str]] = {}
+    for row, column in table.cells:
+        versions.setdefault((replace(row, code=""), column), set()).add(row.code)
+    return [Violation("mixed-code", table.task, table.neighbouring, row.tuning, row.method,
+                      column.epsilon if column.kind != "non-private" else None,
+                      f"runs of {len(codes)} versions of its code "
+                      f"({', '.join(sorted(c[:12] or 'unrecorded' for c in codes))}), shown as {len(codes)} rows")
+            for (row, column), codes in versions.items() if len(codes) > 1]
+
+
 def violations(tables: list[Table]) -> list[Violation]:
     found: list[Violation] = _boundary_hits(tables)
     for table in tables:
+        found += _mixed_code(table)
         for (row, column), cell in table.cells.items():
             problem = _seeds(cell, table.seeds_asked)
             if problem is not None:
