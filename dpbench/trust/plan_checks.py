@@ -70,21 +70,31 @@ def _task_data(task_name: str, options: str) -> tuple[int, str, int, float | Non
     return data.n_train, data.data_id, len(data.x_test), majority_rate(data)
 
 
-def check_test_set(record: dict[str, Any]) -> str | None:
-    """Refuse an ``n_test`` or ``test_majority_rate`` that is not the built-in task's public test set on this machine:
-    the board's interval reads n_test, and its collapsed and below-majority checks the majority rate, so a record
-    that raised the rate hid a collapsed cell, and one that lowered n_test widened its interval into a tie (review of
-    27 November). Returns why they could not be checked (a plugin task, data not here or not the record's), else
-    None; the test set does not depend on the seed or the tuning's split."""
+def _records_data(record: dict[str, Any]) -> tuple[type, tuple[int, str, int, float | None]] | str:
+    """(the built-in task class, :func:`_task_data`) of the record's task and options, if its data is the record's;
+    else why not (a plugin task, data not loadable here, another data id)."""
     task = _builtin_task(record)
     if task is None:
         return f"task {record['task']} is a plugin's"
     found = _task_data(task.name, json.dumps(_options(task, record), sort_keys=True))
     if isinstance(found, str):
         return found
-    _, data_id, n_test, rate = found
+    data_id = found[1]
     if record["data_id"] != data_id and not record["data_id"].startswith(f"{data_id}+"):  # audits: "+m-...canaries"
         return f"its data {record['data_id']!r} is not this machine's {data_id!r}"
+    return task, found
+
+
+def check_test_set(record: dict[str, Any]) -> str | None:
+    """Refuse an ``n_test`` or ``test_majority_rate`` that is not the built-in task's public test set on this machine:
+    the board's interval reads n_test, and its collapsed and below-majority checks the majority rate, so a record
+    that raised the rate hid a collapsed cell, and one that lowered n_test widened its interval into a tie (review of
+    27 November). Returns why they could not be checked (a plugin task, data not here or not the record's), else
+    None; the test set does not depend on the seed or the tuning's split."""
+    found = _records_data(record)
+    if isinstance(found, str):
+        return found
+    task, (_, data_id, n_test, rate) = found
     for field, value in (("n_test", n_test), ("test_majority_rate", rate)):
         if field not in record or record[field] != value or type(record[field]) is not type(value):  # 114.0: the
             # board's interval takes an int n_test only, and fell back to a wider one (review of 27 November)
@@ -99,15 +109,10 @@ def check_n_train(record: dict[str, Any]) -> str | None:
     the plan's steps follow n, so ten times n with ten times the steps and a tenth of q passed every other check at a
     fifth of the ε (hostile review of 26 November). Returns why n could not be checked (a plugin task, data not on
     this machine or not the record's, a split from a secret seed), else None."""
-    task = _builtin_task(record)
-    if task is None:
-        return f"task {record['task']} is a plugin's"
-    found = _task_data(task.name, json.dumps(_options(task, record), sort_keys=True))
+    found = _records_data(record)
     if isinstance(found, str):
         return found
-    n, data_id, _, _ = found
-    if record["data_id"] != data_id and not record["data_id"].startswith(f"{data_id}+"):  # audits: "+m-...canaries"
-        return f"its data {record['data_id']!r} is not this machine's {data_id!r}"
+    task, (n, data_id, _, _) = found
     tuning = record.get("tuning") or {}
     if tuning.get("private"):
         split, config = tuning["validation"], tuning.get("config") or {}
