@@ -1020,12 +1020,12 @@ MUTANTS = [
            "            if False:\n                found.append(Violation(\"seeds\"",
            first="tests/test_board_check.py::test_a_cell_whose_seeds_are_not_the_grids_is_reported_in_every_table"),
     Mutant("board-grid-seeds-ignored", "board", "the grid's seeds are not what the board asks of a cell",
-           "dpbench/board/leaderboard.py", "        table.seeds_asked = asked.get(table.task)\n",
+           "dpbench/board/leaderboard.py", "        table.seeds_asked = asked.get(table.task, 0)\n",
            "        table.seeds_asked = None\n",
            first="tests/test_board_check.py::test_a_cell_whose_seeds_are_not_the_grids_is_reported_in_every_table"),
     Mutant("board-seeds-only-in-accuracy-tables", "board", "a table of another metric skips the seed check",
-           "dpbench/board/check.py", "    for table in tables:\n        for (row, column), cell in table.cells.items():\n"
-           "            problem = _seeds(", "    for table in tables:\n        for (row, column), cell in "
+           "dpbench/board/check.py", "        for (row, column), cell in table.cells.items():\n"
+           "            problem = _seeds(", "        for (row, column), cell in "
            "table.cells.items() if table.direction == \"higher\" else ():\n            problem = _seeds(",
            first="tests/test_board_check.py::test_a_cell_whose_seeds_are_not_the_grids_is_reported_in_every_table"),
     Mutant("board-mixed-code-unchecked", "board", "a method with runs of two versions of its code shows twice, "

@@ -152,7 +152,7 @@ def test_a_cell_whose_seeds_are_not_the_grids_is_reported_in_every_table(capsys,
     path.write_text(json.dumps({**grid, "seeds": {"default": 5, "digits": 10}}))
     code, lines = check(capsys, "--grid", str(path))
     assert code == 1 and len(lines) == 7 and all(line.startswith("seeds: digits") and line.endswith(
-        "seeds 0, 1, 2, 3, 4, not the grid's 0 to 9: its interval, tests and comparisons rest on other runs")
+        "seeds 0, 1, 2, 3, 4, not the grid's 0 to 9, each once: its interval, tests and comparisons rest on other runs")
         for line in lines), lines
     path.write_text(json.dumps(grid))
     add_run(0.84, method="dpsgd", seed=5, epsilon_target=8, epsilon=8, test_majority_rate=0.6)
@@ -162,16 +162,16 @@ def test_a_cell_whose_seeds_are_not_the_grids_is_reported_in_every_table(capsys,
     assert copied["seed"] == "secret"
     code, lines = check(capsys, "--grid", str(path))
     assert code == 1 and lines == [
-        "seeds: digits (add-remove) · none · dpsgd · ε = 2: seeds 0, 1, 2, 3, 4 and 2 secret, not the grid's 0 to 4: "
-        "its interval, tests and comparisons rest on other runs",
-        "seeds: digits (add-remove) · none · dpsgd · ε = 8: seeds 0, 1, 2, 3, 4, 5, not the grid's 0 to 4: its "
-        "interval, tests and comparisons rest on other runs"], lines
+        "seeds: digits (add-remove) · none · dpsgd · ε = 2: seeds 0, 1, 2, 3, 4 and 2 secret, not the grid's 0 to 4, "
+        "each once: its interval, tests and comparisons rest on other runs",
+        "seeds: digits (add-remove) · none · dpsgd · ε = 8: seeds 0, 1, 2, 3, 4, 5, not the grid's 0 to 4, each once: "
+        "its interval, tests and comparisons rest on other runs"], lines
     add_run(None, method="dpgd", seed=0, epsilon_target=1, epsilon=1, metrics={"test_loss": 0.5})  # a loss table
     code, lines = check(capsys, "--grid", str(path))
-    assert "seeds: digits (add-remove) · none · dpgd · ε = 1: seeds 0, not the grid's 0 to 4: its interval, tests " \
-           "and comparisons rest on other runs" in lines and len(lines) == 3, lines
+    assert "seeds: digits (add-remove) · none · dpgd · ε = 1: seeds 0, not the grid's 0 to 4, each once: its " \
+           "interval, tests and comparisons rest on other runs" in lines and len(lines) == 3, lines
     for wrong in ({**grid, "seeds": {"digits": 0}}, {**grid, "seeds": {"adult": 5}}, {**grid, "tasks": "digits"},
-                  {key: value for key, value in grid.items() if key != "tasks"}):
+                  {key: value for key, value in grid.items() if key != "tasks"}, {**grid, "epsilons": [10 ** 400]}):
         path.write_text(json.dumps(wrong))
         assert check(capsys, "--grid", str(path)) == (2, []), wrong
 
@@ -208,7 +208,8 @@ def test_one_cause_may_name_irregular_cells_and_several_kinds(capsys, tmp_path):
                   {**entry, "cells": []}, {**entry, "cells": [{**part, "tracks": "none"}]},
                   {**entry, "cells": [{key: value for key, value in part.items() if key != "epsilons"}]},
                   {**entry, "kind": ["collapsed", "collapse"]}, {**entry, "kind": ["collapsed", "collapsed"]},
-                  {**entry, "kind": []}):
+                  {**entry, "kind": []}, {**entry, "cells": [{**part, "epsilons": "all"}]},
+                  {**entry, "cells": [{**part, "epsilons": [10 ** 400]}]}):
         exceptions.write_text(json.dumps([entry, wrong]))
         code, lines = check(capsys, "--exceptions", str(exceptions))
         assert code == 2 and lines == [], wrong
@@ -224,5 +225,49 @@ def test_a_method_with_runs_of_two_versions_of_its_code_is_reported(capsys):
                 code=code)
     code, lines = check(capsys)
     assert code == 1 and len(lines) == 1 and lines[0].startswith(
-        "mixed-code: digits (add-remove) · none · dpgd · ε = 2: runs of 2 versions of its code (eeeeeeeeeeee, unrecorded), "
-        "shown as 2 rows"), lines
+        "mixed-code: digits (add-remove) · none · dpgd · every ε: runs of 2 versions of its code, shown as separate "
+        "rows: unrecorded at ε = 1, ε = 2, ε = 8; eeeeeeeeeeee at ε = 2"), lines
+
+
+def test_repeated_seeds_secret_copies_and_tasks_off_the_grid_are_reported(capsys, tmp_path):
+    """Review of 27 November: a seed's run repeated (averaged into one seed, moving it) passed the grid's seed set,
+    one run and a copy under a secret seed passed without a grid, and a task the grid does not name got the weaker
+    rule."""
+    board()
+    for offset in (0.1, 0.2):  # seed 0 of dpgd at ε = 1 run twice more
+        add_run(0.95, method="dpgd", seed=0, epsilon_target=1, epsilon=1, test_majority_rate=0.6, train_seconds=offset)
+    path = tmp_path / "grid.json"
+    grid = {"tasks": ["digits"], "methods": ["dpsgd", "dpgd"], "epsilons": [1, 2, 8], "seeds": 5}
+    path.write_text(json.dumps(grid))
+    code, lines = check(capsys, "--grid", str(path))
+    assert code == 1 and lines[0].startswith("seeds: digits (add-remove) · none · dpgd · ε = 1: seeds 0, 0, 0, 1, 2, "
+                                             "3, 4, not the grid's 0 to 4, each once"), lines
+    code, lines = check(capsys)  # without a grid: a repeat too
+    assert code == 1 and lines[0].startswith("seeds: digits (add-remove) · none · dpgd · ε = 1: seeds 0, 0, 0, 1, 2, "
+                                             "3, 4: not two seeds or more, each run once"), lines
+    path.write_text(json.dumps({**grid, "tasks": ["breast_cancer"]}))
+    code, lines = check(capsys, "--grid", str(path))
+    seeds = [line for line in lines if line.startswith("seeds: ")]
+    assert code == 1 and len(seeds) == 7 and all(line.endswith("of a task the grid does not name") for line in seeds)
+
+
+def test_without_a_grid_a_copy_under_a_secret_seed_is_no_second_seed(capsys):
+    board(single=("dpgd", 1))
+    add_run(0.773, method="dpgd", seed="secret", epsilon_target=1, epsilon=1, test_majority_rate=0.6)
+    code, lines = check(capsys)
+    assert code == 1 and lines == ["seeds: digits (add-remove) · none · dpgd · ε = 1: seeds 0 and 1 secret: not two "
+                                   "seeds or more, each run once (a secret seed cannot be told from a copy)"], lines
+
+
+def test_mixed_code_is_reported_whatever_the_hyperparameters_or_epsilon(capsys):
+    """Review of 27 November: versions with other recorded hyperparameters (an untuned row each), or at ε the other
+    never ran, escaped a check keyed by row and column."""
+    board()
+    code = {"method": {"name": "dpgd", "file": "methods/dpgd.py", "external": False, "sha256": "e" * 64}}
+    for seed, offset in enumerate(OFFSETS):
+        add_run(0.85 + offset, method="dpgd", seed=seed, epsilon_target=4, epsilon=4, test_majority_rate=0.6,
+                code=code, hyperparameters={"lr": 1.0, "epochs": 3, "new_default": 1})
+    code, lines = check(capsys)
+    assert code == 1 and lines == ["mixed-code: digits (add-remove) · none · dpgd · every ε: runs of 2 versions of its "
+                                   "code, shown as separate rows: unrecorded at ε = 1, ε = 2, ε = 8; eeeeeeeeeeee at "
+                                   "ε = 4"], lines

@@ -32,16 +32,18 @@ Violations (each a line: kind, task, relation, track, method, ε, and the number
   (``test_majority_rate``, ``n_test``: verify ties both to the task's test set, but the board also reads records
   verify has not seen); the cell's tests that read them do not run (review of 27 November: one seed's rate changed by
   1e-7 switched its ``collapsed`` off);
-* ``seeds``: a cell whose seeds are not the grid's 0, ..., k − 1 for its task (too few, others, or ``--secret-seed``
-  runs, which a sweep never makes: five seeds picked from ten, or one run copied under secret seeds, passed), or,
-  without a grid, a cell of fewer than two seeds: its interval, its t-test against the majority-class rate and its
+* ``seeds``: a cell whose runs are not the grid's seeds 0, ..., k − 1 for its task, each once (too few, others,
+  repeats, or ``--secret-seed`` runs, which a sweep never makes: five seeds picked from ten, a seed's run repeated,
+  or one run copied under secret seeds, passed), or of a task the grid does not name; without a grid, a cell of
+  fewer than two public seeds, or with a seed repeated or secret (a secret seed cannot be told from a copy): its interval, its t-test against the majority-class rate and its
   column's comparison rest on other runs than the board's statistics assume, and a cell of one seed has none of them,
   so that every other check passed it silently (a sweep stopped mid-cell, runs added by hand). In tables of every
   metric, where the rest apply to accuracies (higher is better) only;
-* ``mixed-code``: a method with runs of more than one version of its code in a table's track (rows that differ only
-  in ``code``): a store that kept the runs of code since edited shows the method twice, and its two rows are compared
-  as two methods (the rebuild's store held quantile_clip's validation cells of two versions of its file). Reported at
-  each ε where both have a cell; the board of one version exports only that version's runs;
+* ``mixed-code``: a method with runs of more than one version of its code in a table's track (whatever their
+  hyperparameters or ε): a store that kept the runs of code since edited shows the method twice, and its rows are
+  compared as two methods (the rebuild's store held quantile_clip's validation cells of two versions of its file).
+  Reported once per track and method, ε None (the detail names each version's ε); the board of one version exports
+  only that version's runs;
 * ``infeasible-above-trivial``: a cell the grid declares infeasible (:mod:`dpbench.board.infeasible`) whose mean is
   significantly above the majority-class rate: the declaration is wrong. Declared cells are never reported
   ``collapsed`` or ``below-majority``: nothing was expected to learn there.
@@ -55,7 +57,7 @@ an entry names must match a violation of its kinds: one that matches none is a s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +89,8 @@ class Violation:
     detail: str
 
     def line(self) -> str:
-        budget = ("every ε" if self.kind == "boundary-hit" else "non-private") if self.epsilon is None else \
-            f"ε = {self.epsilon:g}"
+        every = self.kind in ("boundary-hit", "mixed-code")
+        budget = ("every ε" if every else "non-private") if self.epsilon is None else f"ε = {self.epsilon:g}"
         relation = f" ({self.relation})" if self.relation else ""
         return f"{self.kind}: {self.task}{relation} · {self.track} · {self.method} · {budget}: {self.detail}"
 
@@ -177,29 +179,35 @@ def _boundary_hits(tables: list[Table]) -> list[Violation]:
 
 
 def _seeds(cell: Cell, asked: int | None) -> str | None:
-    """What is wrong with the cell's seeds (``seeds``, module docstring), else None."""
+    """What is wrong with the cell's seeds (``seeds``, module docstring), else None. ``asked``: the grid's k for the
+    task, 0 if the grid does not name it, None without a grid."""
     seeds = [run["seed"] for run in cell.runs]
+    public = sorted(seed for seed in seeds if seed != "secret")
+    secret = len(seeds) - len(public)
+    shown = f"seeds {', '.join(map(str, public)) or 'none'}{f' and {secret} secret' if secret else ''}"
+    if asked == 0:
+        return f"{shown}, of a task the grid does not name"
     if asked is None:
-        return None if cell.n_seeds >= 2 else f"{cell.n_seeds} seed: no interval, no t-test, no comparison"
-    expected = set(range(asked))
-    if "secret" not in seeds and set(seeds) == expected:
+        if len(set(public)) >= 2 and len(public) == len(set(public)) and not secret:
+            return None
+        return f"{shown}: not two seeds or more, each run once (a secret seed cannot be told from a copy)"
+    if public == list(range(asked)) and not secret:
         return None
-    shown = sorted(set(seeds) - {"secret"})
-    secret = seeds.count("secret")
-    return (f"seeds {', '.join(map(str, shown)) or 'none'}{f' and {secret} secret' if secret else ''}, not the "
-            f"grid's 0 to {asked - 1}: its interval, tests and comparisons rest on other runs")
+    return f"{shown}, not the grid's 0 to {asked - 1}, each once: its interval, tests and comparisons rest on other runs"
 
 
 def _mixed_code(table: Table) -> list[Violation]:
-    """``mixed-code`` (module docstring): per (row but its code, column), the code versions with a cell there."""
-    versions: dict[tuple, set[str]] = {}
+    """``mixed-code`` (module docstring): per track and method (whatever its hyperparameters or ε), the code versions
+    of its rows, reported once with the ε of each."""
+    versions: dict[tuple, dict[str, set[str]]] = {}
     for row, column in table.cells:
-        versions.setdefault((replace(row, code=""), column), set()).add(row.code)
-    return [Violation("mixed-code", table.task, table.neighbouring, row.tuning, row.method,
-                      column.epsilon if column.kind != "non-private" else None,
-                      f"runs of {len(codes)} versions of its code "
-                      f"({', '.join(sorted(c[:12] or 'unrecorded' for c in codes))}), shown as {len(codes)} rows")
-            for (row, column), codes in versions.items() if len(codes) > 1]
+        key = (row.tuning, row.method, row.sampler, row.accountant, row.external, row.isolation)
+        versions.setdefault(key, {}).setdefault(row.code, set()).add(column.label)
+    return [Violation("mixed-code", table.task, table.neighbouring, tuning, method, None,
+                      f"runs of {len(codes)} versions of its code, shown as separate rows: " + "; ".join(
+                          f"{code[:12] or 'unrecorded'} at {', '.join(sorted(labels))}"
+                          for code, labels in sorted(codes.items())))
+            for (tuning, method, *_), codes in versions.items() if len(codes) > 1]
 
 
 def violations(tables: list[Table]) -> list[Violation]:

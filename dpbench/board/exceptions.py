@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dpbench.board.grid import finite
 from dpbench.choices import NEIGHBOURING
 from dpbench.errors import UsageError
 
@@ -88,9 +88,8 @@ def _text(value: Any) -> bool:
 
 def _epsilon_list(value: Any) -> bool:
     """"all", or a non-empty list of distinct numbers (``null`` for a non-private cell or a boundary hit)."""
-    return value == "all" or (isinstance(value, list) and bool(value) and all(
-        e is None or (isinstance(e, (int, float)) and not isinstance(e, bool) and math.isfinite(e)) for e in value)
-        and len(set(value)) == len(value))
+    return value == "all" or (isinstance(value, list) and bool(value) and all(e is None or finite(e) for e in value)
+                              and len(set(value)) == len(value))
 
 
 def _listed(value: str | list[str]) -> tuple[str, ...]:
@@ -138,6 +137,8 @@ def parse(entry: Any, kinds: tuple[str, ...]) -> Explanation | str:
         part = _part(item)
         if isinstance(part, str):
             return part
+        if part.epsilons == "all" and len(listed) > 1:  # every kind at every ε of a method: a blanket, not a cause
+            return 'epsilons "all" takes one kind: list the ε of a cause that shows as several kinds'
         parts.append(part)
     return Explanation(tuple(listed), entry.get("relation"), tuple(parts), json.dumps(entry, ensure_ascii=False))
 

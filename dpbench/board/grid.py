@@ -6,6 +6,7 @@ the declarations (:mod:`.infeasible`), the notes (:mod:`.notes`) and the seeds o
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,16 @@ def seeds_for(grid: dict[str, Any], task: str) -> int | None:
     return seeds if isinstance(seeds, int) else seeds.get(task, seeds.get("default"))
 
 
+def finite(value: Any) -> bool:
+    """A finite real number (an int too large for a float is not: 10**400 crashed the sweep's float())."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
 def _names(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
 
@@ -48,7 +59,7 @@ GRID_FIELDS = {
     "methods": ("a non-empty list of names", _names),
     "tracks": (f"a non-empty list of names ({', '.join(TRACKS)})", _names),
     "epsilons": ("a non-empty list of positive numbers", lambda v: isinstance(v, list) and bool(v) and all(
-        isinstance(e, (int, float)) and not isinstance(e, bool) and 0 < e < float("inf") for e in v)),
+        finite(e) and e > 0 for e in v)),
     "seeds": (SEEDS_WHAT, valid_seeds),
     "trials": ("a whole number from 1 to 10000 (configurations or the mean of K per cell)", count),
     "reference": ("true or false (each task's converged non-private reference)", lambda v: isinstance(v, bool)),

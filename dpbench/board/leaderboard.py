@@ -67,7 +67,7 @@ def _tables(records: list[dict[str, Any]], grid_path: str | None = None):
     grid, where = grid_file.load(grid_path), f"grid {grid_path}"
     asked = grid_file.seeds_asked(grid)
     for table in tables:
-        table.seeds_asked = asked.get(table.task)
+        table.seeds_asked = asked.get(table.task, 0)
     return notes.annotate(infeasible.declare(tables, infeasible.from_grid(grid, where)), notes.from_grid(grid, where))
 
 

@@ -247,7 +247,7 @@ class Table:
     #: its ``declare``)
     infeasible: frozenset[tuple[str, float]] = field(default_factory=frozenset)
     #: the grid's count k of seeds for the task (its cells must hold seeds 0, ..., k − 1; set from the grid by
-    #: ``dpbench.board.leaderboard``); None without a grid that names the task
+    #: ``dpbench.board.leaderboard``); 0 if the grid does not name the task, None without a grid
     seeds_asked: int | None = None
     #: the grid's notes (:mod:`dpbench.board.notes`; set by its ``annotate``): each noted cell's marks, and the
     #: (mark, text) of the notes this table shows
