@@ -35,10 +35,11 @@ Violations (each a line: kind, task, relation, track, method, ε, and the number
 * ``seeds``: a cell whose runs are not the grid's seeds 0, ..., k − 1 for its task, each once (too few, others,
   repeats, or ``--secret-seed`` runs, which a sweep never makes: five seeds picked from ten, a seed's run repeated,
   or one run copied under secret seeds, passed), or of a task the grid does not name; without a grid, a cell of
-  fewer than two public seeds, or with a seed repeated or secret (a secret seed cannot be told from a copy): its interval, its t-test against the majority-class rate and its
-  column's comparison rest on other runs than the board's statistics assume, and a cell of one seed has none of them,
-  so that every other check passed it silently (a sweep stopped mid-cell, runs added by hand). In tables of every
-  metric, where the rest apply to accuracies (higher is better) only;
+  fewer than two public seeds, or with a seed repeated or secret (a secret seed cannot be told from a copy). Its
+  interval, its t-test against the majority-class rate and its column's comparison rest on other runs than the
+  board's statistics assume, and a cell of one seed has none of them, so that every other check passed it silently
+  (a sweep stopped mid-cell, runs added by hand). In tables of every metric, where the rest apply to accuracies
+  (higher is better) only;
 * ``mixed-code``: a method with runs of more than one version of its code in a table's track (whatever their
   hyperparameters or ε): a store that kept the runs of code since edited shows the method twice, and its rows are
   compared as two methods (the rebuild's store held quantile_clip's validation cells of two versions of its file).
@@ -193,7 +194,8 @@ def _seeds(cell: Cell, asked: int | None) -> str | None:
         return f"{shown}: not two seeds or more, each run once (a secret seed cannot be told from a copy)"
     if public == list(range(asked)) and not secret:
         return None
-    return f"{shown}, not the grid's 0 to {asked - 1}, each once: its interval, tests and comparisons rest on other runs"
+    return (f"{shown}, not the grid's 0 to {asked - 1}, each once: its interval, tests and comparisons rest on other "
+            f"runs")
 
 
 def _mixed_code(table: Table) -> list[Violation]:
