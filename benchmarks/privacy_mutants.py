@@ -1031,6 +1031,11 @@ MUTANTS = [
     Mutant("board-mixed-code-unchecked", "board", "a method with runs of two versions of its code shows twice, "
            "unreported", "dpbench/board/check.py", "        found += _mixed_code(table)\n", "",
            first="tests/test_board_check.py::test_a_method_with_runs_of_two_versions_of_its_code_is_reported"),
+    Mutant("board-boundary-not-pooled", "board", "a compute budget that binds on every task, but on no task alone "
+           "significantly after Holm, is not listed", "dpbench/board/check.py",
+           "        if len({task for task, _, _ in selections}) > 1:", "        if False:",
+           first="tests/test_board_boundary.py::test_a_budget_that_binds_on_every_task_is_listed_though_no_task_alone_"
+                 "shows_it"),
     Mutant("verify-test-set-type-unchecked", "verify", "n_test as a float (equal, but the board's interval then falls "
            "back to a wider one) passes", "dpbench/trust/plan_checks.py",
            "record[field] != value or type(record[field]) is not type(value):",
