@@ -76,8 +76,8 @@ KINDS = ("above-reference", "above-non-private", "decreasing", "collapsed", "bel
 #: infeasible tests silently off) or a test size
 SHARED = ("test_majority_rate", "n_test")
 WIDEST_INTERVAL = 0.1
-_BELOW = 1e-9
-EVERY_TASK = "every task"  # the task of a boundary-hit pooled over a method's tasks  # a mean this far under the rate is below it (not float rounding of equal accuracies)
+_BELOW = 1e-9  # a mean this far under the rate is below it (not float rounding of equal accuracies)
+EVERY_TASK = "every task"  # the task of a boundary-hit pooled over a method's tasks
 
 
 @dataclass(frozen=True)
@@ -152,10 +152,10 @@ def _boundary_hits(tables: list[Table]) -> list[Violation]:
     """``boundary-hit`` per (task, relation, track, method), and per (relation, track, method) over every task (task
     ``every task``), whose selections hit a boundary, or the budget's top, more often than chance (module
     docstring); ε is None (the detail names the cells' ε, with their task where pooled)."""
-    groups: dict[tuple, list[tuple[float | str | None, boundary.Study]]] = {}
-    pooled: dict[tuple, list[tuple[str, float | str | None, boundary.Study]]] = {}
+    groups: dict[tuple, list[tuple[str, boundary.Study]]] = {}  # each selection with its cell's ε, as named
+    pooled: dict[tuple, list[tuple[str, str, boundary.Study]]] = {}
     for table, row, column, cell in boundary.tuned_cells(tables):
-        epsilon = None if column.kind == "non-private" else column.epsilon
+        epsilon = "non-private" if column.kind == "non-private" else f"{column.epsilon:g}"
         groups.setdefault((table.task, table.neighbouring, row.tuning, row.method), []).extend(
             (epsilon, study) for study in boundary.studies(cell))
         pooled.setdefault((table.neighbouring, row.tuning, row.method), []).extend(
@@ -163,8 +163,7 @@ def _boundary_hits(tables: list[Table]) -> list[Violation]:
     for (relation, tuning, method), selections in pooled.items():  # every task together, where there are several:
         if len({task for task, _, _ in selections}) > 1:  # five selections per task left a budget that binds on
             # every task unlisted (27 November: epochs at the top in 117 of 436 validation cells, 18% by chance)
-            groups[(EVERY_TASK, relation, tuning, method)] = [
-                (f"{task} {'non-private' if e is None else f'{e:g}'}", study) for task, e, study in selections]
+            groups[(EVERY_TASK, relation, tuning, method)] = [(f"{task} {e}", study) for task, e, study in selections]
     tests = []  # (key, what, (hit, chance) per selection, selections); a test that cannot hit is no test
     for key, selections in sorted(groups.items(), key=lambda item: str(item[0])):
         for what, outcomes in (("on a boundary", [study.outcome for _, study in selections]),
@@ -180,8 +179,7 @@ def _boundary_hits(tables: list[Table]) -> list[Violation]:
         ends: dict[tuple[str, str], list[str]] = {}
         for epsilon, study in selections:
             for name, end in study.hits.items():
-                ends.setdefault((name, end), []).append(
-                    epsilon if isinstance(epsilon, str) else "non-private" if epsilon is None else f"{epsilon:g}")
+                ends.setdefault((name, end), []).append(epsilon)
         named = "; ".join(f"{name} {end} at ε = {', '.join(sorted(set(at), key=lambda e: (e == 'non-private', e)))}"
                           for (name, end), at in sorted(ends.items(), key=lambda item: -len(item[1])))
         found.append(Violation("boundary-hit", *key, None,

@@ -206,6 +206,7 @@ def _outcomes(job: tuple[Cell, ...], result) -> list[tuple[Cell, list[dict[str, 
         trace = "".join(traceback.format_exception(error)).rstrip()
         return [(cell, [], Failure(trace)) for cell in job]
 
+
 def _cost(cell: Cell, methods: dict[str, type]) -> tuple[int, int]:
     """Order of the jobs: references and full-data methods (the longest) first, tuned cells before untuned ones, so
     that the workers end together."""

@@ -112,8 +112,8 @@ def verify(path: str, rerun_count: int = 0, seed: int = 0) -> tuple[int, list[st
     if unchecked:
         reasons = Counter(unchecked)
         print(f"{len(unchecked)} record(s) whose n_train or test set is not tied to their task's data here, so that "
-              f"only a rerun checks their q, steps, n_test and majority rate: " + "; ".join(f"{count}: {reason}" for reason, count in reasons.most_common()),
-              file=sys.stderr)
+              f"only a rerun checks their q, steps, n_test and majority rate: "
+              + "; ".join(f"{count}: {reason}" for reason, count in reasons.most_common()), file=sys.stderr)
     if rerun_count:
         problems += rerun(records, rerun_count, seed)
     return len(records), problems
