@@ -1041,6 +1041,10 @@ MUTANTS = [
            "record[field] != value or type(record[field]) is not type(value):",
            "record[field] != value or isinstance(record[field], bool):",
            first="tests/test_verify.py::test_a_test_set_that_is_not_the_tasks_fails"),
+    Mutant("board-exception-cause-untested", "board", "a wide interval explained as a steep rise without the test at "
+           "the cell (the next ε's mean above this cell's upper bound)", "benchmarks/violation_causes.py",
+           "            if board.cells[nxt].mean > upper:", "            if True:",
+           first="tests/test_committed_board.py::test_the_committed_exceptions_are_what_their_tests_find"),
 ]
 
 

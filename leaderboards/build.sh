@@ -16,4 +16,6 @@ dpbench leaderboard --records results.jsonl --format csv --out leaderboard.csv
 dpbench fidelity --records results.jsonl --records deep/results.jsonl --records federated/records.jsonl \
     --records dperm/results.jsonl --out FIDELITY.md  # dperm/: Yu et al.'s KDDCup99 data, built by dperm/README.md
 dpbench leaderboard --records results.jsonl --boundary-hits > boundary-hits.md
+# exceptions.json: the violations a cause measured at the cell explains (benchmarks/violation_causes.py); the rest fail
+python ../benchmarks/violation_causes.py results.jsonl --grid grid.json --write exceptions.json > causes.txt
 dpbench leaderboard --check --records results.jsonl
