@@ -1043,8 +1043,17 @@ MUTANTS = [
            first="tests/test_verify.py::test_a_test_set_that_is_not_the_tasks_fails"),
     Mutant("board-exception-cause-untested", "board", "a wide interval explained as a steep rise without the test at "
            "the cell (the next ε's mean above this cell's upper bound)", "benchmarks/violation_causes.py",
-           "            if board.cells[nxt].mean > upper:", "            if True:",
+           "        if larger and board.cells[row + (larger[0],)].mean > cell.ci95[1]:", "        if larger:",
            first="tests/test_committed_board.py::test_the_committed_exceptions_are_what_their_tests_find"),
+    Mutant("board-exception-defaults-degenerate", "board", "an untuned cell whose every seed sits exactly at the "
+           "majority rate (an output the noise does not move) explained as untuned defaults",
+           "benchmarks/violation_causes.py", "            and not board.degenerate(key)):", "            ):",
+           first="tests/test_committed_board.py::test_the_committed_exceptions_are_what_their_tests_find"),
+    Mutant("board-exception-any-kind", "board", "an exception entry explains a violation of any kind at its cells",
+           "dpbench/board/exceptions.py", "return (violation.kind in self.kinds and self.relation",
+           "return (self.relation",
+           first="tests/test_committed_board.py::test_the_committed_check_lists_exactly_the_violations_no_cause_"
+                 "explains"),
 ]
 
 
