@@ -1049,6 +1049,10 @@ MUTANTS = [
            "majority rate (an output the noise does not move) explained as untuned defaults",
            "benchmarks/violation_causes.py", "            and not board.degenerate(key)):", "            ):",
            first="tests/test_committed_board.py::test_the_committed_exceptions_are_what_their_tests_find"),
+    Mutant("board-exception-adaclip-unreproduced", "board", "an untuned AdaCliP collapse explained by its transcription "
+           "though the transcription learns at the cell's own noise", "benchmarks/violation_causes.py",
+           "all(abs(a - rate) < 1e-3 for a in here + quiet)", "all(abs(a - rate) < 1e-3 for a in quiet)",
+           first="tests/test_committed_board.py::test_the_committed_exceptions_are_what_their_tests_find"),
     Mutant("board-exception-any-kind", "board", "an exception entry explains a violation of any kind at its cells",
            "dpbench/board/exceptions.py", "return (violation.kind in self.kinds and self.relation",
            "return (self.relation",

@@ -1,5 +1,8 @@
 """AdaCliP and ADADP on adult, run by the independent NumPy transcriptions (``benchmarks/transcriptions.py``): why
-AdaCliP collapses to the majority class at ε ≥ 1, and where ADADP's learning rate settles (``--adadp``).
+AdaCliP collapses to the majority class at ε ≥ 1, and where ADADP's learning rate settles (``--adadp``). AdaCliP also
+runs on another built-in task's rows with ``--task``, ``--batch`` and ``--epochs`` (its untuned settings there); the
+committed outputs are ``benchmarks/results/adaclip_transcription_<task>.txt``, which the board's exceptions read
+(``benchmarks/violation_causes.py``).
 
 The transcription draws its own Poisson batches (rate B/n) and Gaussian noise with NumPy (seeded per run); only the
 data come from dpbench's ``adult`` task (the same rows as ``dpbench run --task adult``). The settings are dpbench's
@@ -33,9 +36,9 @@ _SPEC.loader.exec_module(T)
 POSITIVE_PART = 0.4839  # E[(N² − 1)₊] for N ~ N(0, 1)
 
 
-def adult_arrays():
+def task_arrays(name: str = "adult"):
     from dpbench import registry  # only for the data rows
-    task = registry.tasks([])["adult"]()
+    task = registry.tasks([])[name]()
     data = task.prepare(0)
     return [np.asarray(a, dtype=np.float64 if a.dtype.is_floating_point else np.int64)
             for a in (data.x_train, data.y_train, data.x_test, data.y_test)]
@@ -124,8 +127,11 @@ def main(argv=None):
     parser.add_argument("--clip", type=float, default=1.0)
     parser.add_argument("--reading", choices=T.ADACLIP_READINGS, default="per-example")
     parser.add_argument("--adadp", action="store_true", help="run ADADP (both variants) instead of AdaCliP")
+    parser.add_argument("--task", default="adult", help="a built-in task's data rows (AdaCliP: kddcup99 too)")
+    parser.add_argument("--batch", type=int, default=256, help="expected batch size B (kddcup99's default: 1024)")
+    parser.add_argument("--epochs", type=int, default=10, help="epochs of round(n/B) steps (kddcup99's default: 2)")
     args = parser.parse_args(argv)
-    arrays = adult_arrays()
+    arrays = task_arrays(args.task)
     if args.adadp:
         keys = ["accuracy", "final_lr", "median_lr", "median_err", "median_noise_err", "accepted"]
         print("sigma variant seed " + " ".join(keys), flush=True)
@@ -142,7 +148,8 @@ def main(argv=None):
         for h2 in args.h2:
             for seed in args.seeds:
                 h1 = 1e-12 if args.h1 is None else min(args.h1, h2)
-                result = run(arrays, sigma, h2, seed, lr=args.lr, clip=args.clip, reading=args.reading, h1=h1)
+                result = run(arrays, sigma, h2, seed, lr=args.lr, clip=args.clip, reading=args.reading, h1=h1,
+                             batch=args.batch, epochs=args.epochs)
                 print(f"{sigma} {h2:.4g} {seed} " + " ".join(f"{result[k]:.4g}" for k in keys), flush=True)
 
 

@@ -17,14 +17,20 @@ rise causes (2, 5) do not explain it. First match wins, in this order:
    method, ε), tuned over the same search space, learns with no seed at the majority rate: the private track's costs
    (each trial at a fraction of ε, a secret K that can be small, a noisy selection) released a degenerate trial (a
    finding about the track: the reason counts such studies over the whole track);
-4. ``defaults`` (untuned ``collapsed``, ``below-majority``, ``wide-interval``, ``decreasing``): the validation track's
+4. ``adaclip-clipping-bias`` (untuned AdaCliP, ``collapsed``, ``below-majority``, ``decreasing``): the independent
+   NumPy transcription of AdaCliP (``benchmarks/root_causes.py``; its output for the task in
+   ``benchmarks/results/adaclip_transcription_<task>.txt``) scores the majority rate at the cell's σ and without
+   noise, on every seed it ran, and learns with s pinned at √h2: the collapse is the published algorithm's at these
+   settings (its variance estimates shrink with the noise, the minority class's transformed gradients are clipped
+   and the released bias gradient takes the wrong sign), not dpbench's code nor the noise;
+5. ``defaults`` (untuned ``collapsed``, ``below-majority``, ``wide-interval``, ``decreasing``): the validation track's
    cell at the same (task, method, ε) learns, has no violation of the same kind and a higher mean, and the untuned
    cell is not degenerate (every seed exactly at the majority rate: an output that does not depend on the noise is a
    property of the method's mechanics, not of untuned settings, and stays unexplained);
-5. ``below-threshold`` (``collapsed``, ``below-majority``): the same (task, method, track) learns (neither collapsed
+6. ``below-threshold`` (``collapsed``, ``below-majority``): the same (task, method, track) learns (neither collapsed
    nor below the majority rate nor declared infeasible) at a larger ε of the grid and at no smaller one: the method
    needs more budget on this task;
-6. ``steep-rise`` (``wide-interval``): the same row's mean at the next larger ε is above this cell's upper 95% bound
+7. ``steep-rise`` (``wide-interval``): the same row's mean at the next larger ε is above this cell's upper 95% bound
    and no seed is at the majority rate: the cell sits where accuracy rises steeply with ε.
 
 Every other violation is printed as unexplained. The causes were written after the complete rebuild's violations were
@@ -39,6 +45,7 @@ import argparse
 import collections
 import importlib.util
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -47,6 +54,7 @@ _SPEC = importlib.util.spec_from_file_location("release_noise", Path(__file__).r
 RELEASE = sys.modules.setdefault("release_noise", importlib.util.module_from_spec(_SPEC))
 _SPEC.loader.exec_module(RELEASE)
 
+TRANSCRIPTIONS = Path(__file__).resolve().parent / "results"
 COMMAND = "python benchmarks/violation_causes.py leaderboards/results.jsonl --grid leaderboards/grid.json"
 NOT_LEARNING = ("collapsed", "below-majority")
 WIDTH = 0.1  # the check's widest interval
@@ -95,6 +103,35 @@ def release_ratios(cell, widths: dict[str, int]) -> list[float]:
     return [RELEASE.ratio(run, p)[2] for run in cell.runs]
 
 
+def transcription(task: str) -> tuple[list[tuple[float, float]], list[float]]:
+    """(σ and accuracy of each run, accuracies of the s-pinned controls) in the task's committed AdaCliP transcription
+    output (``benchmarks/root_causes.py``); empty where none was run."""
+    path = TRANSCRIPTIONS / f"adaclip_transcription_{task}.txt"
+    runs, controls, control = [], [], False
+    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
+        if line.startswith("#"):
+            control = line.startswith("# control")
+            continue
+        fields = line.split()
+        if not fields or fields[0] == "sigma":
+            continue
+        (controls.append(float(fields[3])) if control else runs.append((float(fields[0]), float(fields[3]))))
+    return runs, controls
+
+
+def adaclip_reproduced(cell, epsilon: float) -> str | None:
+    """The transcription's measurement where it reproduces this untuned AdaCliP cell's collapse (module docstring)."""
+    rate, sigma = cell.runs[0]["test_majority_rate"], cell.runs[0]["noise_multiplier"]
+    runs, controls = transcription(cell.runs[0]["task"])
+    here = [accuracy for s, accuracy in runs if math.isclose(s, sigma, rel_tol=1e-3)]
+    quiet = [accuracy for s, accuracy in runs if s == 0]
+    if (here and quiet and controls and all(abs(a - rate) < 1e-3 for a in here + quiet)
+            and all(a > rate + 0.01 for a in controls)):
+        return (f"transcription at σ = {sigma:.4g}: {len(here)} seeds at {rate:.4f}, also without noise; "
+                f"s pinned: {min(controls):.4f} or more")
+    return None
+
+
 def cause(v, board: Board, widths: dict[str, int]) -> tuple[str, str] | None:
     """(cause, the measurement at this cell) of violation ``v``, or None (module docstring)."""
     key = (v.relation, v.task, v.track, v.method, v.epsilon)
@@ -114,6 +151,10 @@ def cause(v, board: Board, widths: dict[str, int]) -> tuple[str, str] | None:
             and board.learns(twin) and not board.at_majority(twin)):
         return "degenerate-selection", (f"{board.at_majority(key)} of {len(cell.values)} studies at the majority "
                                         f"rate; validation twin {board.cells[twin].mean:.4f}, no seed there")
+    if v.kind in NOT_LEARNING + ("decreasing",) and v.track == "none" and v.method == "adaclip":
+        measured = adaclip_reproduced(cell, v.epsilon)
+        if measured:
+            return "adaclip-clipping-bias", measured
     if (v.kind in NOT_LEARNING + ("wide-interval", "decreasing") and v.track == "none" and board.learns(twin)
             and v.kind not in board.kinds[twin] and board.cells[twin].mean > cell.mean
             and not board.degenerate(key)):
@@ -147,6 +188,12 @@ REASONS = {
                             "trial at a fraction of epsilon, a secret K that can be small, a noisy selection) and not "
                             "the method's. Over the track's feasible cells, {degenerate} of {studies} studies "
                             "released a model at the majority rate",
+    "adaclip-clipping-bias": "AdaCliP's own mechanics at its untuned settings (Pichapati et al. 2019, Algorithm 1, "
+                             "h1 = 1e-12): with little noise its variance estimates shrink, the minority class's "
+                             "transformed gradients are clipped and the released bias gradient takes the wrong sign, "
+                             "so the model predicts the majority class. The independent NumPy transcription scores the "
+                             "majority rate at the cell's sigma and without noise, and learns with s pinned at "
+                             "sqrt(h2) (benchmarks/results/adaclip_transcription_<task>.txt)",
     "defaults": "the untuned defaults: the validation track's cell at the same task, method and epsilon learns, has no "
                 "violation of this kind and a higher mean, and not every untuned seed sits exactly at the majority "
                 "rate",
@@ -157,7 +204,9 @@ REASONS = {
 }
 TESTED_BY = {"release-noise": " (cause 1); python benchmarks/release_noise.py leaderboards/results.jsonl",
              "selection-variance": " (cause 2); python benchmarks/board_spread.py leaderboards/results.jsonl "
-                                   "--grid leaderboards/grid.json"}
+                                   "--grid leaderboards/grid.json",
+             "adaclip-clipping-bias": " (cause 4); the commands heading each benchmarks/results/"
+                                      "adaclip_transcription_<task>.txt"}
 
 
 def release_table(board: Board, widths: dict[str, int]) -> tuple[int, int, int, int]:

@@ -43,9 +43,9 @@ def test_the_csv_holds_every_track_task_method_and_epsilon():
     assert noted == {cell for note in notes.from_grid(grid, "grid") for cell in note.cells}
 
 
-@pytest.mark.xfail(strict=True, reason="the rebuilt board (27 November 2026) leaves 69 violations no tested cause "
-                   "explains (leaderboards/causes.txt, leaderboards/README.md): untuned AdaCliP, quantile clipping and "
-                   "DP-Adam whose every seed sits exactly at the majority rate, the compute budget binding for three "
+@pytest.mark.xfail(strict=True, reason="the rebuilt board (27 November 2026) leaves 55 violations no tested cause "
+                   "explains (leaderboards/causes.txt, leaderboards/README.md): untuned quantile clipping and DP-Adam "
+                   "whose every seed sits exactly at the majority rate, the compute budget binding for three "
                    "methods in the validation track, breast_cancer's wide intervals (issue 33, items 2, 4 and 7)")
 def test_the_committed_board_passes_its_checks(capsys):
     assert main(["leaderboard", "--check", "--records", str(BOARD / "results.jsonl")]) == 0, capsys.readouterr().out
