@@ -1053,6 +1053,10 @@ MUTANTS = [
            "though the transcription learns at the cell's own noise", "benchmarks/violation_causes.py",
            "all(abs(a - rate) < 1e-3 for a in here + quiet)", "all(abs(a - rate) < 1e-3 for a in quiet)",
            first="tests/test_committed_board.py::test_the_committed_exceptions_are_what_their_tests_find"),
+    Mutant("board-exception-degenerate-selection-unchecked", "board", "a random-stopping cell whose studies mostly "
+           "released a majority-class model explained as the track's variance", "benchmarks/violation_causes.py",
+           "            and 2 * board.at_majority(key) < len(cell.values)):", "            ):",
+           first="tests/test_committed_board.py::test_the_committed_exceptions_are_what_their_tests_find"),
     Mutant("board-exception-any-kind", "board", "an exception entry explains a violation of any kind at its cells",
            "dpbench/board/exceptions.py", "return (violation.kind in self.kinds and self.relation",
            "return (self.relation",
