@@ -59,7 +59,7 @@ WIDTH = 0.1  # the check's widest interval
 
 
 class Board:
-    """The cells of a board's tables by (task, track, method, ε), with their violations."""
+    """The cells of a board's tables by (relation, task, track, method, ε), with their violations."""
 
     def __init__(self, tables, found):
         self.cells, self.infeasible, self.epsilons = {}, set(), collections.defaultdict(set)
@@ -122,7 +122,7 @@ def transcription(task: str) -> list[tuple[bool, float, float]]:
     return rows
 
 
-def adaclip_reproduced(v, cell, board: Board) -> str | None:
+def adaclip_reproduced(v, cell) -> str | None:
     """The transcription's measurement where it reproduces this untuned AdaCliP cell's collapse (module docstring)."""
     rate, sigma = cell.runs[0]["test_majority_rate"], cell.runs[0]["noise_multiplier"]
     rows = transcription(cell.runs[0]["task"])
@@ -159,7 +159,7 @@ def cause(v, board: Board, widths: dict[str, int]) -> tuple[str, str] | None:
         return "degenerate-selection", (f"{board.at_majority(key)} of {len(cell.values)} studies at or below the "
                                         f"majority rate, the others above it")
     if v.kind in NOT_LEARNING + ("decreasing",) and v.track == "none" and v.method == "adaclip":
-        measured = adaclip_reproduced(v, cell, board)
+        measured = adaclip_reproduced(v, cell)
         if measured:
             return "adaclip-clipping-bias", measured
     if (v.kind in NOT_LEARNING + ("wide-interval", "decreasing") and v.track == "none" and board.learns(twin)
