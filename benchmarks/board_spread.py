@@ -29,6 +29,32 @@ def seeds_for_width(sd: float, width: float = 0.1) -> int:
     return n
 
 
+def twins(tables, note=lambda message: None) -> list[tuple]:
+    """(task, method, ε, random-stopping cell, validation cell) for every private (task, method, ε) with a cell of two
+    seeds or more in both tracks; of several rows of one method and track (other sampler, accountant or settings),
+    the first, with ``note`` told."""
+    found = []
+    for table in tables:
+        by_track = {}
+        for (row, column), cell in table.cells.items():
+            key = (row.tuning, row.method, column.epsilon)
+            if column.kind == "non-private" or cell.std is None:
+                continue
+            if key in by_track:
+                note(f"{table.task} {key}: several rows; the first is compared")
+                continue
+            by_track[key] = cell
+        found += [(table.task, method, epsilon, stopping, by_track[("validation", method, epsilon)])
+                  for (track, method, epsilon), stopping in sorted(by_track.items())
+                  if track == "random-stopping" and ("validation", method, epsilon) in by_track]
+    return found
+
+
+def sd_ratio(stopping, validated) -> float:
+    """The random-stopping cell's standard deviation over seeds against its validation twin's."""
+    return stopping.std / validated.std if validated.std > 0 else math.inf
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("records")
@@ -43,28 +69,15 @@ def main(argv=None) -> int:
     wide = {(v.task, v.method, v.epsilon) for v in violations(tables)
             if v.kind == "wide-interval" and v.track == "random-stopping"}
     ratios, twins_narrow, print_rows = [], 0, []
-    for table in tables:
-        by_track = {}
-        for (row, column), cell in table.cells.items():
-            key = (row.tuning, row.method, column.epsilon)
-            if column.kind == "non-private" or cell.std is None:
-                continue
-            if key in by_track:  # rows of one method and track that differ in sampler, accountant or settings
-                print(f"{table.task} {key}: several rows; the first is compared")
-                continue
-            by_track[key] = cell
-        for (track, method, epsilon), stopping in sorted(by_track.items()):
-            validated = by_track.get(("validation", method, epsilon))
-            if track != "random-stopping" or validated is None:
-                continue
-            ratio = stopping.std / validated.std if validated.std > 0 else math.inf
-            ratios.append(ratio)
-            key = (table.task, method, epsilon)
-            if key in wide:
-                low, high = validated.ci95 or (0.0, 0.0)
-                twins_narrow += high - low <= 0.1
-            print_rows.append(f"{table.task:14} {method:20} {epsilon:5g}  {stopping.std:.4f}  {validated.std:.4f}  "
-                              f"{ratio:6.2f}  {seeds_for_width(stopping.std):5d}{'  wide, undecided' if key in wide else ''}")
+    for task, method, epsilon, stopping, validated in twins(tables, print):
+        ratio = sd_ratio(stopping, validated)
+        ratios.append(ratio)
+        key = (task, method, epsilon)
+        if key in wide:
+            low, high = validated.ci95 or (0.0, 0.0)
+            twins_narrow += high - low <= 0.1
+        print_rows.append(f"{task:14} {method:20} {epsilon:5g}  {stopping.std:.4f}  {validated.std:.4f}  "
+                          f"{ratio:6.2f}  {seeds_for_width(stopping.std):5d}{'  wide, undecided' if key in wide else ''}")
     print(f"{'task':14} {'method':20} {'ε':>5}  sd(RS)  sd(val)  ratio  seeds for width 0.1")
     print("\n".join(print_rows))
     if ratios:
