@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
+import functools
 import importlib.util
 import json
 import math
@@ -48,9 +50,16 @@ import statistics
 import sys
 from pathlib import Path
 
-_SPEC = importlib.util.spec_from_file_location("release_noise", Path(__file__).resolve().parent / "release_noise.py")
-RELEASE = sys.modules.setdefault("release_noise", importlib.util.module_from_spec(_SPEC))
-_SPEC.loader.exec_module(RELEASE)
+
+def _benchmark(name: str):
+    """A sibling script of ``benchmarks/`` as a module."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / f"{name}.py")
+    module = sys.modules.setdefault(name, importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(module)
+    return module
+
+
+RELEASE, SPREAD = _benchmark("release_noise"), _benchmark("board_spread")
 
 TRANSCRIPTIONS = Path(__file__).resolve().parent / "results"
 COMMAND = "python benchmarks/violation_causes.py leaderboards/results.jsonl --grid leaderboards/grid.json"
@@ -105,6 +114,7 @@ def release_ratios(cell, widths: dict[str, int]) -> list[float]:
     return [RELEASE.ratio(run, p)[2] for run in cell.runs]
 
 
+@functools.cache
 def transcription(task: str) -> list[tuple[bool, float, float]]:
     """(control, σ, accuracy) of each run in the task's committed AdaCliP transcription output
     (``benchmarks/root_causes.py``; a section headed "# control" holds runs with s pinned), read by the header's
@@ -212,11 +222,10 @@ REASONS = {
     "steep-rise": "the cell sits where accuracy rises steeply with epsilon: the same row's mean at the next larger "
                   "epsilon is above this cell's upper 95% bound, and no seed is at the majority rate",
 }
-TESTED_BY = {"release-noise": " (cause 1); python benchmarks/release_noise.py leaderboards/results.jsonl",
-             "selection-variance": " (cause 2); python benchmarks/board_spread.py leaderboards/results.jsonl "
+TESTED_BY = {"release-noise": "; python benchmarks/release_noise.py leaderboards/results.jsonl",
+             "selection-variance": "; python benchmarks/board_spread.py leaderboards/results.jsonl "
                                    "--grid leaderboards/grid.json",
-             "adaclip-clipping-bias": " (cause 4); the commands heading each benchmarks/results/"
-                                      "adaclip_transcription_<task>.txt"}
+             "adaclip-clipping-bias": "; the commands heading each benchmarks/results/adaclip_transcription_<task>.txt"}
 
 
 def release_table(board: Board, widths: dict[str, int]) -> tuple[int, int, int, int]:
@@ -253,25 +262,22 @@ def main(argv=None) -> int:
     for name in REASONS:
         print(f"{name}: {len(explained[name])}")
         for v, measured in explained[name]:
-            relation = f" ({v.relation})" if v.relation else ""
-            print(f"  {v.kind}: {v.task}{relation} · {v.track} · {v.method} · ε = {v.epsilon:g}: {measured}")
+            print("  " + dataclasses.replace(v, detail=measured).line())
     print(f"unexplained: {len(unexplained)}")
     for v in unexplained:
         print("  " + v.line())
     if args.write:
-        write(args.write, found, explained, board, widths)
+        write(args.write, tables, found, explained, board, widths)
     return 0
 
 
-def write(path: str, found, explained, board: Board, widths: dict[str, int]) -> None:
+def write(path: str, tables, found, explained, board: Board, widths: dict[str, int]) -> None:
     from dpbench.board import exceptions
     from dpbench.board.check import KINDS
     table = release_table(board, widths) if explained["release-noise"] else (0, 0, 0, 0)
     ratio = ""
-    if explained["selection-variance"]:
-        pairs = [(cell, board.cells[key[:2] + ("validation",) + key[3:]]) for key, cell in board.cells.items()
-                 if key[2] == "random-stopping" and key[:2] + ("validation",) + key[3:] in board.cells]
-        ratio = f"{statistics.median(rs.std / val.std for rs, val in pairs if rs.std is not None and val.std):.2f}"
+    if explained["selection-variance"]:  # the figure benchmarks/board_spread.py prints
+        ratio = f"{statistics.median(SPREAD.sd_ratio(rs, val) for *_, rs, val in SPREAD.twins(tables)):.2f}"
     track = [key for key in board.cells if key[2] == "random-stopping" and key not in board.infeasible]
     degenerate = sum(board.at_majority(key) for key in track)
     exact = sum(board.degenerate_seeds(key) for key in track)
@@ -287,7 +293,8 @@ def write(path: str, found, explained, board: Board, widths: dict[str, int]) -> 
                 entries.append({"kind": kind, **({"relation": relation} if relation else {}),
                                 "reason": reason.format(table=table, ratio=ratio, degenerate=degenerate,
                                                        studies=studies, exact=exact, below=degenerate - exact),
-                                "tested_by": COMMAND + TESTED_BY.get(name, f" (cause {list(REASONS).index(name) + 1})"),
+                                "tested_by": f"{COMMAND} (cause {list(REASONS).index(name) + 1})"
+                                             + TESTED_BY.get(name, ""),
                                 "cells": [{"task": t, "method": m, "track": tr, "epsilons": sorted(es)}
                                           for (t, m, tr), es in sorted(cells.items())]})
     Path(path).write_text(dumps(entries), encoding="utf-8")
