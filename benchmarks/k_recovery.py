@@ -30,10 +30,10 @@ def main(argv=None) -> int:
     distributions = set()
     with open(args.records, encoding="utf-8") as handle:
         for line in handle:
-            tuning = (json.loads(line) if line.strip() else {}).get("tuning") or {}
+            record = json.loads(line) if line.strip() else {}
+            tuning = record.get("tuning") or {}
             if tuning.get("mode") != "random-stopping":
                 continue
-            record = json.loads(line)
             if tuning["study_id"] not in secrets:
                 unmatched += 1
                 continue

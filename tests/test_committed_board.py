@@ -4,7 +4,6 @@ exceptions that remain are explained), and every record verifies (``dpbench veri
 dp-accounting, content hashes, ledger version)."""
 import contextlib
 import csv
-import importlib.util
 import io
 import itertools
 import json
@@ -16,8 +15,10 @@ from dpbench import registry
 from dpbench.board import notes
 from dpbench.board.grid import seeds_for
 from dpbench.cli import main
+from tests.test_benchmarks import _script
 
 BOARD = Path(__file__).resolve().parents[1] / "leaderboards"
+BENCHMARKS = BOARD.parent / "benchmarks"
 
 
 def test_the_csv_holds_every_track_task_method_and_epsilon():
@@ -71,10 +72,7 @@ def test_the_committed_exceptions_are_what_their_tests_find(tmp_path, mirror):
     """exceptions.json is benchmarks/violation_causes.py's output on the committed records, byte for byte: an entry
     edited by hand (a cell added to silence it) fails here; the causes are measured per cell, not asserted. The
     release-noise cause reads each task's input width, adult's and kddcup99's from the mirror."""
-    causes = Path(__file__).resolve().parents[1] / "benchmarks" / "violation_causes.py"
-    spec = importlib.util.spec_from_file_location("violation_causes", causes)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _script("violation_causes")
     written = tmp_path / "exceptions.json"
     with contextlib.redirect_stdout(io.StringIO()) as printed:
         assert module.main([str(BOARD / "results.jsonl"), "--grid", str(BOARD / "grid.json"),
@@ -104,8 +102,7 @@ def test_a_committed_adaclip_transcription_reruns_to_its_line(task, mirror):
     """The exceptions' adaclip-clipping-bias cause reads benchmarks/results/adaclip_transcription_<task>.txt: an edited
     line would silence a cell. One line per file (its first section's smallest positive σ, seed 0, a collapsed run)
     is rerun by the command heading the section and must come out byte for byte."""
-    root = Path(__file__).resolve().parents[1] / "benchmarks"
-    lines = (root / "results" / f"adaclip_transcription_{task}.txt").read_text().splitlines()
+    lines = (BENCHMARKS / "results" / f"adaclip_transcription_{task}.txt").read_text().splitlines()
     command = next(line for line in lines if line.startswith("# python benchmarks/root_causes.py")).split()[3:]
     first = lines[lines.index(next(line for line in lines if line.startswith("sigma "))) + 1:]
     rows = [line for line in itertools.takewhile(lambda line: not line.startswith("#"), first)]
@@ -113,10 +110,7 @@ def test_a_committed_adaclip_transcription_reruns_to_its_line(task, mirror):
               key=lambda line: float(line.split()[0]))
     arguments = command[:command.index("--sigma")] + ["--sigma", row.split()[0]] + command[
         command.index("--h2"):command.index("--seeds")] + ["--seeds", "0"]
-    spec = importlib.util.spec_from_file_location("root_causes", root / "root_causes.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     with contextlib.redirect_stdout(io.StringIO()) as printed:
-        module.main(arguments)
+        _script("root_causes").main(arguments)
     assert printed.getvalue().splitlines()[1:] == [row]
 
