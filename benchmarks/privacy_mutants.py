@@ -10,13 +10,16 @@ change to privacy code::
     python benchmarks/privacy_mutants.py                 # every mutant; the table for docs/benchmarks.md
     python benchmarks/privacy_mutants.py --only rate-2q  # one mutant
     python benchmarks/privacy_mutants.py --json benchmarks/results/privacy_mutants.json
+    python benchmarks/privacy_mutants.py --json benchmarks/results/privacy_mutants.json --resume  # after a stop
 
 The files are restored in a ``finally`` block (and checked unmodified by git before each mutant), so an interrupted
 run leaves the tree as it was. Exit status 1 if any mutant survives (no test failed) or a snippet no longer matches
-the code (update the mutant)."""
+the code (update the mutant). With ``--json`` the file is rewritten after every mutant, so a stopped run keeps what it
+measured; ``--resume`` keeps the file's outcomes of mutants whose change is unchanged and runs only the others."""
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import subprocess
@@ -1112,14 +1115,41 @@ def run_mutant(mutant: Mutant, tests: list[str], timeout: float) -> Outcome:
                    _first_failure(result.stdout) if result.returncode != 0 else None, seconds)
 
 
+def fingerprint(mutant: Mutant) -> str:
+    """What an outcome was measured on: the mutant's defect, file and change (a changed mutant runs again)."""
+    return hashlib.sha256(json.dumps([mutant.defect, mutant.file, mutant.old, mutant.new]).encode()).hexdigest()[:16]
+
+
+def resumed(path: Path, chosen: list[Mutant]) -> list[Outcome]:
+    """The outcomes in ``path`` of chosen mutants whose fingerprint is unchanged."""
+    prints = {m.name: fingerprint(m) for m in chosen}
+    return [Outcome(**{k: v for k, v in row.items() if k != "mutant"}) for row in json.loads(path.read_text())
+            if prints.get(row["name"]) == row.get("mutant")]
+
+
+def write(path: Path, outcomes: list[Outcome], chosen: list[Mutant]) -> None:
+    """Every outcome so far, in the mutants' order, each with its mutant's fingerprint."""
+    prints = {m.name: fingerprint(m) for m in chosen}
+    order = [m.name for m in chosen]
+    rows = sorted(outcomes, key=lambda o: order.index(o.name))
+    path.write_text(json.dumps([asdict(o) | {"mutant": prints[o.name]} for o in rows], indent=1) + "\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="mutant names (default: all)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds for one mutant's test run")
-    parser.add_argument("--json", help="write the outcomes here")
+    parser.add_argument("--json", help="write the outcomes here, after every mutant")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep --json's outcomes of mutants whose defect, file and change are unchanged")
     args = parser.parse_args()
+    if args.resume and not args.json:
+        parser.error("--resume needs --json")
     chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
-    outcomes = []
+    outcomes = resumed(Path(args.json), chosen) if args.resume and Path(args.json).exists() else []
+    done = {o.name for o in outcomes}
+    if done:
+        print(f"resumed: {len(done)} outcomes kept from {args.json}", file=sys.stderr)
     print(f"{len(chosen)} mutants; privacy tests: {' '.join(PRIVACY_TESTS)}", file=sys.stderr)
     # A mutant counts as caught when the privacy tests fail: they must pass without it, or every mutant is "caught".
     started = time.perf_counter()
@@ -1129,17 +1159,20 @@ def main() -> int:
         raise SystemExit(f"the privacy tests fail without any mutant ({_first_failure(baseline.stdout)}): fix that first")
     print(f"baseline: the privacy tests pass in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     for index, mutant in enumerate(chosen, 1):
+        if mutant.name in done:
+            continue
         outcome = run_mutant(mutant, PRIVACY_TESTS, args.timeout)
         outcomes.append(outcome)
+        if args.json:
+            write(Path(args.json), outcomes, chosen)
         print(f"[{index}/{len(chosen)}] {mutant.name}: {'caught by ' + str(outcome.test) if outcome.caught else 'SURVIVED'}"
               f" in {outcome.seconds:.0f} s", file=sys.stderr, flush=True)
+    outcomes.sort(key=lambda o: [m.name for m in chosen].index(o.name))
     print("| defect | area | caught by | time to catch |")
     print("| --- | --- | --- | --- |")
     for o in outcomes:
         print(f"| `{o.name}`: {o.defect} | {o.area} | {f'`{o.test}`' if o.caught else '**not caught**'} | "
               f"{o.seconds:.0f} s |")
-    if args.json:
-        Path(args.json).write_text(json.dumps([asdict(o) for o in outcomes], indent=1) + "\n")
     return 0 if all(o.caught for o in outcomes) else 1
 
 

@@ -85,6 +85,26 @@ def test_every_privacy_mutant_finds_its_snippet_exactly_once():
     assert not missing, f"mutants whose first test does not exist: {missing}"
 
 
+def test_a_resumed_mutant_run_keeps_only_outcomes_measured_on_the_same_mutant(tmp_path):
+    """privacy_mutants.py --resume: an outcome is kept only while its mutant's defect, file and change are those it
+    was measured on; an edited mutant, or a row without a fingerprint (files older than --resume), runs again."""
+    import dataclasses
+
+    mutants = _script("privacy_mutants")
+    chosen = mutants.MUTANTS[:3]
+    path = tmp_path / "outcomes.json"
+    mutants.write(path, [mutants.Outcome(chosen[1].name, "a", "d", True, "t", 1.0),
+                         mutants.Outcome(chosen[0].name, "a", "d", True, "t", 2.0)], chosen)
+    assert [row["name"] for row in json.loads(path.read_text())] == [chosen[0].name, chosen[1].name]
+    assert [o.name for o in mutants.resumed(path, chosen)] == [chosen[0].name, chosen[1].name]
+    edited = [chosen[0], dataclasses.replace(chosen[1], new=chosen[1].new + " "), chosen[2]]
+    assert [o.name for o in mutants.resumed(path, edited)] == [chosen[0].name]
+    rows = json.loads(path.read_text())
+    del rows[0]["mutant"]
+    path.write_text(json.dumps(rows))
+    assert [o.name for o in mutants.resumed(path, chosen)] == [chosen[1].name]
+
+
 def _script(name):
     import importlib.util
 
