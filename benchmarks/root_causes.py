@@ -1,5 +1,7 @@
-"""AdaCliP and ADADP on adult, run by the independent NumPy transcriptions (``benchmarks/transcriptions.py``): why
-AdaCliP collapses to the majority class at ε ≥ 1, and where ADADP's learning rate settles (``--adadp``). AdaCliP also
+"""AdaCliP, ADADP and quantile clipping on adult, run by the independent NumPy transcriptions
+(``benchmarks/transcriptions.py``): why AdaCliP collapses to the majority class at ε ≥ 1, where ADADP's learning rate
+settles (``--adadp``), why quantile clipping with the paper's defaults stalls at the majority class
+(``--quantile-clip``), and why DP-Adam at its default step size does (``--dpadam``). AdaCliP also
 runs on another built-in task's rows with ``--task``, ``--batch`` and ``--epochs`` (its untuned settings there); the
 committed outputs are ``benchmarks/results/adaclip_transcription_<task>.txt``, which the board's exceptions read
 (``benchmarks/violation_causes.py``).
@@ -19,6 +21,19 @@ against the unclipped batch-mean gradient of the bias, and the fraction of train
 With ``--adadp`` it runs ADADP instead (both variants; dpbench's untuned lr 0.1, tol 1, B = 256, 10 epochs of
 round(n/(2B)) steps) and prints the test accuracy, the final η, the median η over the last half, the median err and
 the median of its noise-only part (η/2)·‖(n1 − n2)/max(1, |θ1|)‖ over the last half, and the accepted fraction.
+
+With ``--quantile-clip`` it runs Andrew et al.'s quantile clipping with dpbench's untuned settings (γ = 0.5, η_C = 0.2,
+C_0 = ``--clip``, the count's noise σ_b = max(B/20, 5σ) as ``methods/quantile_clip.py`` sets it, and none at σ = 0;
+plain SGD steps at ``--lr``), then, under a "# control" header, the same runs with the clip pinned at C_0 (η_C = 0:
+DP-SGD at the same σ). Per run: the test accuracy, the last and smallest clip norm, and the fraction of test rows
+predicted positive. The committed outputs are ``benchmarks/results/quantile_clip_transcription_<task>.txt``::
+
+    python benchmarks/root_causes.py --quantile-clip --task adult --batch 256 --epochs 20 --sigma 0 0.7744 --seeds 0 1 2
+
+With ``--dpadam`` it runs DP-Adam (β1 = 0.9, β2 = 0.999, γ = 1e-8, clip ``--clip``) at ``--lr`` (dpbench's default
+1e-3: the paper's CIFAR-10 setting), then, under a "# control" header, at ``--control-lr`` (0.01: the paper's SNLI
+setting), each at every σ. Per run: the test accuracy, the largest |weight| and |bias| at the end, and the fraction of
+test rows predicted positive. Committed output: ``benchmarks/results/dpadam_transcription_<task>.txt``.
 """
 from __future__ import annotations
 
@@ -117,6 +132,34 @@ def run_adadp(arrays, sigma: float, seed: int, variant: str, *, lr=0.1, batch=25
             "accepted": final.accepted / steps if variant == "code" else float("nan")}
 
 
+def run_quantile_clip(arrays, sigma: float, seed: int, *, clip_lr: float, lr=0.1, batch=256, epochs=20, clip=1.0):
+    x, y, x_test, y_test = arrays
+    model = T.LinearModel(x, y)
+    n, d = len(x), x.shape[1] + 1
+    steps = epochs * max(1, round(n / batch))
+    rng = np.random.default_rng(seed)
+    count_std = max(batch / 20, 5 * sigma) if sigma > 0 else 0.0
+    final = T.quantile_clip(model, T.poisson_batches(n, batch / n, steps, rng), T.gaussian((1, d), rng),
+                            (float(z) for z in T.gaussian((), rng)), lr=lr, sigma=sigma, expected_batch_size=batch,
+                            clip=clip, count_std=count_std, clip_lr=clip_lr)
+    z = np.hstack([x_test, np.ones((len(x_test), 1))]) @ final.w[0]
+    return {"count_std": count_std, "accuracy": model.accuracy(final.w, x_test, y_test), "clip_last": final.clip,
+            "clip_min": min(final.clips), "predicted_positive": float((z > 0).mean())}
+
+
+def run_dpadam(arrays, sigma: float, seed: int, *, lr: float, batch=32, epochs=30, clip=1.0):
+    x, y, x_test, y_test = arrays
+    model = T.LinearModel(x, y)
+    n, d = len(x), x.shape[1] + 1
+    steps = epochs * max(1, round(n / batch))
+    rng = np.random.default_rng(seed)
+    final = T.dpadam(model, T.poisson_batches(n, batch / n, steps, rng), T.gaussian((1, d), rng), lr=lr,
+                     sigma=sigma, expected_batch_size=batch, clip=clip)
+    z = np.hstack([x_test, np.ones((len(x_test), 1))]) @ final.w[0]
+    return {"accuracy": model.accuracy(final.w, x_test, y_test), "max_weight": float(np.abs(final.w[0, :-1]).max()),
+            "bias": float(final.w[0, -1]), "predicted_positive": float((z > 0).mean())}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sigma", type=float, nargs="+", required=True)
@@ -127,11 +170,37 @@ def main(argv=None):
     parser.add_argument("--clip", type=float, default=1.0)
     parser.add_argument("--reading", choices=T.ADACLIP_READINGS, default="per-example")
     parser.add_argument("--adadp", action="store_true", help="run ADADP (both variants) instead of AdaCliP")
+    parser.add_argument("--quantile-clip", action="store_true",
+                        help="run quantile clipping (paper defaults, then the clip pinned) instead of AdaCliP")
+    parser.add_argument("--dpadam", action="store_true", help="run DP-Adam at --lr, then at --control-lr")
+    parser.add_argument("--control-lr", type=float, default=0.01, help="--dpadam's control step size")
     parser.add_argument("--task", default="adult", help="a built-in task's data rows (AdaCliP: kddcup99 too)")
     parser.add_argument("--batch", type=int, default=256, help="expected batch size B (kddcup99's default: 1024)")
     parser.add_argument("--epochs", type=int, default=10, help="epochs of round(n/B) steps (kddcup99's default: 2)")
     args = parser.parse_args(argv)
     arrays = task_arrays(args.task)
+    if args.dpadam:
+        keys = ["accuracy", "max_weight", "bias", "predicted_positive"]
+        for title, lr in ((f"DP-Adam, lr = {args.lr:g}", args.lr), (f"control: lr = {args.control_lr:g}",
+                                                                     args.control_lr)):
+            print(f"# {title}\nsigma seed " + " ".join(keys), flush=True)
+            for sigma in args.sigma:
+                for seed in args.seeds:
+                    result = run_dpadam(arrays, sigma, seed, lr=lr, batch=args.batch, epochs=args.epochs,
+                                        clip=args.clip)
+                    print(f"{sigma} {seed} " + " ".join(f"{result[k]:.4g}" for k in keys), flush=True)
+        return
+    if args.quantile_clip:
+        keys = ["count_std", "accuracy", "clip_last", "clip_min", "predicted_positive"]
+        for title, clip_lr in (("quantile clipping, eta_C = 0.2, gamma = 0.5", 0.2),
+                               ("control: the clip pinned at C_0 (eta_C = 0)", 0.0)):
+            print(f"# {title}\nsigma seed " + " ".join(keys), flush=True)
+            for sigma in args.sigma:
+                for seed in args.seeds:
+                    result = run_quantile_clip(arrays, sigma, seed, clip_lr=clip_lr, lr=args.lr, batch=args.batch,
+                                               epochs=args.epochs, clip=args.clip)
+                    print(f"{sigma} {seed} " + " ".join(f"{result[k]:.4g}" for k in keys), flush=True)
+        return
     if args.adadp:
         keys = ["accuracy", "final_lr", "median_lr", "median_err", "median_noise_err", "accepted"]
         print("sigma variant seed " + " ".join(keys), flush=True)

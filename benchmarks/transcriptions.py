@@ -20,6 +20,9 @@ divided by the expected batch size B = q·n: (Σ_k clip_C(t_k) + σC·z) / B wit
 * :func:`quantile_clip`: Andrew et al. 2021, Algorithm 1 with one example per "client": g̃ = (Σ_k clip_{C_t}(g_k) +
   σC_t·z)/B, θ ← θ − η g̃, the centred count S = Σ_k (1[‖g_k‖ ≤ C_t] − ½) + σ_b·z_b, b̃ = S/B + ½,
   C_{t+1} = C_t·exp(−η_C (b̃ − γ)).
+* :func:`dpadam`: Tang & Lécuyer 2023, Section 2 (DP-Adam, their biased baseline): Adam (Kingma & Ba 2014,
+  Algorithm 1) on g̃ = (Σ_k clip_C(g_k) + σC·z)/B: m ← β1 m + (1 − β1) g̃, v ← β2 v + (1 − β2) g̃²,
+  θ ← θ − η (m/(1 − β1^t)) / (√(v/(1 − β2^t)) + γ).
 * :func:`autoclip`: Bu et al. 2022, AUTO-S: g̃ = (Σ_k C·g_k/(‖g_k‖ + γ) + σC·z)/B, θ ← θ − η g̃.
 * :func:`bandmf`: banded matrix-factorization noise (Choquette-Choo et al. 2023; Kalinin & Lampert 2024's banded square
   root): the strategy C, b-banded lower-triangular Toeplitz with c_j = binom(2j, j)/4^j, built as a T × T matrix; the
@@ -226,6 +229,33 @@ def quantile_clip(model: LinearModel, batches: Iterable[np.ndarray], noises: Ite
         state.unclipped = state.count / big_b + 0.5
         state.clip = c_t * np.exp(-clip_lr * (state.unclipped - target_quantile))
         state.step += 1
+        if observe is not None:
+            observe(state)
+    return state
+
+
+@dataclass
+class AdamState:
+    w: np.ndarray
+    m: np.ndarray
+    v: np.ndarray
+    step: int = 0
+
+
+def dpadam(model: LinearModel, batches: Iterable[np.ndarray], noises: Iterable[np.ndarray], *, lr: float,
+           sigma: float, expected_batch_size: float, clip: float, beta1: float = 0.9, beta2: float = 0.999,
+           gamma: float = 1e-8, observe: Callable[[AdamState], None] | None = None) -> AdamState:
+    """DP-Adam: each step takes a batch and a standard normal draw z for its release."""
+    w = model.zeros()
+    state = AdamState(w=w, m=np.zeros_like(w), v=np.zeros_like(w))
+    for index, z in zip(batches, noises):
+        total, _ = clipped_sum(model.per_example_gradients(state.w, index), clip)
+        released = (total + sigma * clip * z) / expected_batch_size
+        state.step += 1
+        state.m = beta1 * state.m + (1 - beta1) * released
+        state.v = beta2 * state.v + (1 - beta2) * released**2
+        m_hat, v_hat = state.m / (1 - beta1**state.step), state.v / (1 - beta2**state.step)
+        state.w = state.w - lr * m_hat / (np.sqrt(v_hat) + gamma)
         if observe is not None:
             observe(state)
     return state

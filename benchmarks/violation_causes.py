@@ -4,7 +4,7 @@ committed board's ``exceptions.json`` (``--write`` writes it).
 A cause explains a violation only where its test holds at that very cell, from the cell's own runs (seed by seed) and
 its twins on the board, never from a template over a rectangle of cells. A seed "at the majority rate" scores at or
 below the test set's majority-class rate: a cell holding one is split between learning and not, and the spread and
-rise causes (2, 5) do not explain it. First match wins, in this order:
+rise causes (2, 8) do not explain it. First match wins, in this order:
 
 1. ``release-noise`` (``collapsed``, ``below-majority``; output perturbation, AMP, AMP-NT): every run's noise-to-signal
    ratio (``benchmarks/release_noise.py``: σ√p / R for output perturbation, σ₁√p / L for AMP's random linear term),
@@ -21,14 +21,17 @@ rise causes (2, 5) do not explain it. First match wins, in this order:
    ``benchmarks/results/adaclip_transcription_<task>.txt``) scores the majority rate at the cell's σ on two seeds or
    more and without noise, learns with s pinned at √h2 at the same σ, and, for a decreasing cell, learns with more
    noise: the collapse is the published algorithm's at these settings, not dpbench's code nor the noise;
-5. ``defaults`` (untuned ``collapsed``, ``below-majority``, ``wide-interval``, ``decreasing``): the validation track's
+5. ``quantile-clip-stall`` (untuned quantile clipping, the same kinds): the same test on the transcription of Andrew
+   et al.'s algorithm at the paper's defaults (``benchmarks/root_causes.py --quantile-clip``; output in
+   ``benchmarks/results/quantile_clip_transcription_<task>.txt``), its control the clip pinned at C_0 (DP-SGD);
+6. ``defaults`` (untuned ``collapsed``, ``below-majority``, ``wide-interval``, ``decreasing``): the validation track's
    cell at the same (task, method, ε) learns, has no violation of the same kind and a higher mean, and the untuned
    cell is not degenerate (most seeds exactly at the majority rate: an output that does not depend on the noise is a
    property of the method's mechanics, not of untuned settings, and stays unexplained);
-6. ``below-threshold`` (``collapsed``, ``below-majority``): the same (task, method, track) learns (neither collapsed
+7. ``below-threshold`` (``collapsed``, ``below-majority``): the same (task, method, track) learns (neither collapsed
    nor below the majority rate nor declared infeasible) at a larger ε of the grid and at no smaller one: the method
    needs more budget on this task;
-7. ``steep-rise`` (``wide-interval``): the same row's mean at the next larger ε is above this cell's upper 95% bound
+8. ``steep-rise`` (``wide-interval``): the same row's mean at the next larger ε is above this cell's upper 95% bound
    and no seed is at the majority rate: the cell sits where accuracy rises steeply with ε.
 
 Every other violation is printed as unexplained. The causes were written after the complete rebuild's violations were
@@ -114,12 +117,16 @@ def release_ratios(cell, widths: dict[str, int]) -> list[float]:
     return [RELEASE.ratio(run, p)[2] for run in cell.runs]
 
 
+#: The methods whose collapse a committed transcription tests, and what its control section holds.
+CONTROLS = {"adaclip": "s pinned", "quantile_clip": "the clip pinned at C_0"}
+
+
 @functools.cache
-def transcription(task: str) -> list[tuple[bool, float, float]]:
-    """(control, σ, accuracy) of each run in the task's committed AdaCliP transcription output
-    (``benchmarks/root_causes.py``; a section headed "# control" holds runs with s pinned), read by the header's
+def transcription(method: str, task: str) -> list[tuple[bool, float, float]]:
+    """(control, σ, accuracy) of each run in the committed transcription output of ``method`` on ``task``
+    (``benchmarks/root_causes.py``; a section headed "# control" holds the control's runs), read by the header's
     column names; empty where none was run."""
-    path = TRANSCRIPTIONS / f"adaclip_transcription_{task}.txt"
+    path = TRANSCRIPTIONS / f"{method}_transcription_{task}.txt"
     rows, columns, control = [], None, False
     for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
         if line.startswith("#"):
@@ -132,10 +139,11 @@ def transcription(task: str) -> list[tuple[bool, float, float]]:
     return rows
 
 
-def adaclip_reproduced(v, cell) -> str | None:
-    """The transcription's measurement where it reproduces this untuned AdaCliP cell's collapse (module docstring)."""
+def reproduced(v, cell) -> str | None:
+    """The transcription's measurement where it reproduces this untuned cell's collapse (module docstring, causes 4
+    and 5)."""
     rate, sigma = cell.runs[0]["test_majority_rate"], cell.runs[0]["noise_multiplier"]
-    rows = transcription(cell.runs[0]["task"])
+    rows = transcription(v.method, cell.runs[0]["task"])
     here = [a for control, s, a in rows if not control and math.isclose(s, sigma, rel_tol=1e-3)]
     quiet = [a for control, s, a in rows if not control and s == 0]
     pinned = [a for control, s, a in rows if control and math.isclose(s, sigma, rel_tol=1e-3)]
@@ -143,9 +151,9 @@ def adaclip_reproduced(v, cell) -> str | None:
     if (len(here) >= 2 and len(quiet) >= 2 and len(pinned) >= 2 and all(abs(a - rate) < 1e-3 for a in here + quiet)
             and all(a > rate + 0.01 for a in pinned)
             and (v.kind != "decreasing" or any(a > rate + 0.01 for a in noisier))):
-        return (f"transcription at σ = {sigma:.4g}: {len(here)} seeds at {rate:.4f}, also without noise; s pinned "
-                f"at the same σ: {min(pinned):.4f} or more" + (f"; learns with more noise: {max(noisier):.4f}"
-                                                                 if v.kind == "decreasing" else ""))
+        return (f"transcription at σ = {sigma:.4g}: {len(here)} seeds at {rate:.4f}, also without noise; "
+                f"{CONTROLS[v.method]} at the same σ: {min(pinned):.4f} or more"
+                + (f"; learns with more noise: {max(noisier):.4f}" if v.kind == "decreasing" else ""))
     return None
 
 
@@ -168,10 +176,10 @@ def cause(v, board: Board, widths: dict[str, int]) -> tuple[str, str] | None:
             and 2 * board.at_majority(key) < len(cell.values)):
         return "degenerate-selection", (f"{board.at_majority(key)} of {len(cell.values)} studies at or below the "
                                         f"majority rate, the others above it")
-    if v.kind in NOT_LEARNING + ("decreasing",) and v.track == "none" and v.method == "adaclip":
-        measured = adaclip_reproduced(v, cell)
+    if v.kind in NOT_LEARNING + ("decreasing",) and v.track == "none" and v.method in CONTROLS:
+        measured = reproduced(v, cell)
         if measured:
-            return "adaclip-clipping-bias", measured
+            return {"adaclip": "adaclip-clipping-bias", "quantile_clip": "quantile-clip-stall"}[v.method], measured
     if (v.kind in NOT_LEARNING + ("wide-interval", "decreasing") and v.track == "none" and board.learns(twin)
             and v.kind not in board.kinds[twin] and board.cells[twin].mean > cell.mean
             and not board.degenerate(key)):
@@ -214,6 +222,15 @@ REASONS = {
                              "transcription (benchmarks/results/adaclip_transcription_<task>.txt) scores the majority "
                              "rate at the cell's sigma (two seeds or more) and without noise, learns with s pinned at "
                              "sqrt(h2) at the same sigma, and, for a decreasing cell, learns with more noise",
+    "quantile-clip-stall": "quantile clipping's own mechanics at the paper's defaults (Andrew et al. 2021, "
+                           "Algorithm 1: target quantile 0.5, eta_C = 0.2, the clip starting at the task's C): the "
+                           "median per-example gradient norm is that of the well-classified majority examples, so "
+                           "the clip falls geometrically within the first epoch (about 0.008 on adult, 0.017 on "
+                           "kddcup99, 0.1 on breast_cancer), the update shrinks with it and training stalls at the "
+                           "majority classifier. The test: the independent NumPy transcription "
+                           "(benchmarks/results/quantile_clip_transcription_<task>.txt) scores the majority rate at "
+                           "the cell's sigma (two seeds or more) and without noise, and learns with the clip pinned "
+                           "at C_0 (DP-SGD) at the same sigma",
     "defaults": "the untuned defaults: the validation track's cell at the same task, method and epsilon learns, has no "
                 "violation of this kind and a higher mean, and at most half the untuned seeds sit exactly at the "
                 "majority rate",
@@ -225,7 +242,9 @@ REASONS = {
 TESTED_BY = {"release-noise": "; python benchmarks/release_noise.py leaderboards/results.jsonl",
              "selection-variance": "; python benchmarks/board_spread.py leaderboards/results.jsonl "
                                    "--grid leaderboards/grid.json",
-             "adaclip-clipping-bias": "; the commands heading each benchmarks/results/adaclip_transcription_<task>.txt"}
+             "adaclip-clipping-bias": "; the commands heading each benchmarks/results/adaclip_transcription_<task>.txt",
+             "quantile-clip-stall": "; the commands heading each "
+                                    "benchmarks/results/quantile_clip_transcription_<task>.txt"}
 
 
 def release_table(board: Board, widths: dict[str, int]) -> tuple[int, int, int, int]:
@@ -282,21 +301,23 @@ def write(path: str, tables, found, explained, board: Board, widths: dict[str, i
     degenerate = sum(board.at_majority(key) for key in track)
     exact = sum(board.degenerate_seeds(key) for key in track)
     studies = sum(len(board.cells[key].values) for key in track)
-    entries = []  # one per cause, kind and relation: an entry's kind applies to all its cells
+    entries = []  # one per cause and relation, each part with the kind its cells were tested for
     for name, reason in REASONS.items():
-        for kind in KINDS:
-            for relation in sorted({v.relation for v, _ in explained[name] if v.kind == kind}, key=str):
-                cells = collections.defaultdict(list)
-                for v, _ in explained[name]:
-                    if v.kind == kind and v.relation == relation:
-                        cells[v.task, v.method, v.track].append(v.epsilon)
-                entries.append({"kind": kind, **({"relation": relation} if relation else {}),
-                                "reason": reason.format(table=table, ratio=ratio, degenerate=degenerate,
-                                                       studies=studies, exact=exact, below=degenerate - exact),
-                                "tested_by": f"{COMMAND} (cause {list(REASONS).index(name) + 1})"
-                                             + TESTED_BY.get(name, ""),
-                                "cells": [{"task": t, "method": m, "track": tr, "epsilons": sorted(es)}
-                                          for (t, m, tr), es in sorted(cells.items())]})
+        for relation in sorted({v.relation for v, _ in explained[name]}, key=str):
+            cells = collections.defaultdict(list)
+            for v, _ in explained[name]:
+                if v.relation == relation:
+                    cells[KINDS.index(v.kind), v.task, v.method, v.track].append(v.epsilon)
+            kinds = [KINDS[k] for k in sorted({k for k, *_ in cells})]
+            entries.append({"kind": kinds if len(kinds) > 1 else kinds[0],
+                            **({"relation": relation} if relation else {}),
+                            "reason": reason.format(table=table, ratio=ratio, degenerate=degenerate,
+                                                   studies=studies, exact=exact, below=degenerate - exact),
+                            "tested_by": f"{COMMAND} (cause {list(REASONS).index(name) + 1})"
+                                         + TESTED_BY.get(name, ""),
+                            "cells": [{"task": t, "method": m, "track": tr, "epsilons": sorted(es),
+                                       **({"kind": KINDS[k]} if len(kinds) > 1 else {})}
+                                      for (k, t, m, tr), es in sorted(cells.items())]})
     Path(path).write_text(dumps(entries), encoding="utf-8")
     loaded = exceptions.load(Path(path), KINDS)  # the file explains exactly the violations a cause was found for
     wrote = {id(v) for v in found if any(entry.explains(v) for entry in loaded)}

@@ -271,3 +271,35 @@ def test_mixed_code_is_reported_whatever_the_hyperparameters_or_epsilon(capsys):
     assert code == 1 and lines == ["mixed-code: digits (add-remove) · none · dpgd · every ε: runs of 2 versions of its "
                                    "code, shown as separate rows: unrecorded at ε = 1, ε = 2, ε = 8; eeeeeeeeeeee at "
                                    "ε = 4"], lines
+
+
+def test_a_part_of_a_cause_names_the_kind_each_of_its_cells_was_tested_for(capsys, tmp_path):
+    """One entry per cause, its parts narrowed to a kind each: a cell explained for one kind is not explained for
+    another kind by the same entry (the part's kind, not the entry's list, decides), a part naming a kind its cell
+    does not show is stale, and a part's kind outside the entry's is refused."""
+    board({**CLEAN, "dpsgd": {1: 0.60, 2: 0.82, 8: 0.84}, "dpgd": {1: 0.55, 2: 0.58, 8: 0.82}})
+    code, lines = check(capsys)
+    kinds = {(line.split(" · ")[2], float(line.split("ε = ")[1].split(":")[0])): line.split(":")[0] for line in lines}
+    assert code == 1 and sorted(kinds.values()) == ["below-majority", "below-majority", "collapsed"], lines
+    entry = {"kind": ["collapsed", "below-majority"], "reason": "a test of the check", "tested_by": "pytest",
+             "cells": [{"task": "digits", "method": method, "track": "none", "epsilons": [epsilon], "kind": kind}
+                       for (method, epsilon), kind in sorted(kinds.items())]}
+    exceptions = tmp_path / "exceptions.json"
+    exceptions.write_text(json.dumps([entry]))
+    assert check(capsys, "--exceptions", str(exceptions)) == (0, [])
+    swapped = {**entry, "cells": [{**part, "kind": "collapsed" if part["kind"] == "below-majority" else
+                                   "below-majority"} if index == 0 else part
+                                  for index, part in enumerate(entry["cells"])]}
+    exceptions.write_text(json.dumps([swapped]))
+    code, lines = check(capsys, "--exceptions", str(exceptions))
+    (method, epsilon), kind = sorted(kinds.items())[0]
+    assert code == 1 and [line.split(":")[0] for line in lines] == [
+        kind, f"stale exception (digits · {method} · none · ε = {epsilon} matches no violation)"], lines
+    for wrong in ({**entry, "kind": "collapsed"} if any(k != "collapsed" for k in kinds.values()) else None,
+                  {**entry, "cells": [{**entry["cells"][0], "kind": "decreasing"}]},
+                  {**entry, "cells": [{**entry["cells"][0], "kind": []}]},
+                  {**entry, "cells": [{**entry["cells"][0], "epsilons": "all",
+                                       "kind": ["collapsed", "below-majority"]}]}):
+        exceptions.write_text(json.dumps([wrong]))
+        code, lines = check(capsys, "--exceptions", str(exceptions))
+        assert code == 2 and lines == [], wrong

@@ -1,6 +1,7 @@
 """dpadam and dpadam_bc (Tang & Lécuyer 2023, Algorithm 1, equation 3) against hand-computed steps."""
 import math
 
+import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -161,3 +162,31 @@ def test_betas_outside_0_1_are_refused():
     theta = torch.nn.Parameter(torch.zeros(2))
     with pytest.raises(ValueError, match="beta2 must lie in"):
         DPAdamBC([theta], {**DPAdamBC.defaults, "beta2": 1.0}, GradientMechanism(1.0, 1.0, 10.0))
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+def test_dpadam_equals_the_numpy_transcription_step_for_step(classes):
+    """benchmarks/transcriptions.py's dpadam (written from the paper, no dpbench) and the engine's dpadam, from the
+    same batches and noise draws, agree on every iterate: the transcription's root-cause runs
+    (benchmarks/root_causes.py --dpadam) measure dpbench's algorithm."""
+    from tests.test_adaptive_clipping import batches, module_for
+    from tests.test_transcriptions import T, as_matrix, assert_close
+
+    sigma, batch, steps, lr, clip = 1.2, 8.0, 30, 0.05, 0.3
+    module, data, dataset, draws = module_for(DPAdam, sigma, batch, classes, lr=lr, clip=clip)
+    drawn = batches(len(dataset), batch, steps)
+    trace = []
+    for step, index in enumerate(drawn):
+        module.training_step([dataset.__getitems__([index])[0]], step)
+        trace.append(as_matrix(module.params()))
+    assert len(draws) == 2 * steps  # weight, bias per release
+    noises = [np.concatenate([w.reshape(-1, 4) / sw, (b / sb)[:, None]], axis=1)
+              for (w, sw), (b, sb) in zip(draws[::2], draws[1::2])]
+    model = T.LinearModel(data.x_train.numpy(), data.y_train.numpy(), classes)
+
+    def compare(state):
+        assert_close(state.w, trace[state.step - 1], 1e-9)
+
+    final = T.dpadam(model, [b.numpy() for b in drawn], noises, lr=lr, sigma=sigma, expected_batch_size=batch,
+                     clip=clip, observe=compare)
+    assert final.step == steps and np.abs(final.w).max() > 0.1  # it moved

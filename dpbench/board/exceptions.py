@@ -5,14 +5,17 @@ An entry (a JSON object; the file is a JSON list of them)::
 
     {"kind": "collapsed" or ["collapsed", "below-majority"], "reason": "...", "tested_by": "...",
      "relation": "replace-one",                                                  (optional: every relation)
-     "cells": [{"task": ..., "method": ..., "track": ..., "epsilons": [...] or "all"}, ...]}
+     "cells": [{"task": ..., "method": ..., "track": ..., "epsilons": [...] or "all",
+                "kind": ...}, ...]}                                            (kind optional: the entry's)
 
 ``reason`` names the cause and what measuring it found, ``tested_by`` the command that measures it. ``kind`` is one
 violation kind or a list of them (one cause that shows as several: a release whose noise swamps its signal scores at
 the majority-class rate or below it). ``cells`` lists where the cause holds; in each part, ``task``, ``method`` and
 ``track`` are a name or a list of names and the part names every combination of them at each of its ε (``null``: a
-non-private cell, or a boundary hit's every ε). A cause whose cells form one such product may give the part's keys
-at the top level instead of ``cells``. Every cell an entry names must match a violation of one of its kinds (with
+non-private cell, or a boundary hit's every ε); a part's own ``kind`` (one of the entry's kinds or a list of them)
+narrows it to those kinds, so that one entry holds one cause however many kinds it shows as, each cell with the kind
+it was tested for. A cause whose cells form one such product may give the part's keys at the top level instead of
+``cells``. Every cell an entry names must match a violation of one of its kinds (with
 ``"all"``, each (task, method, track) at least one): one that matches none is a stale explanation, itself a
 violation, so that an entry cannot silence a cell that did not violate when its cause was tested. The irregular
 ``cells`` list (27 November 2026) lets one cause name the cells it explains, as the grid's notes do
@@ -34,19 +37,23 @@ if TYPE_CHECKING:
     from dpbench.board.check import Violation
 
 PART_KEYS = ("task", "method", "track", "epsilons")
+PART_OPTIONAL = ("kind",)
 REQUIRED = ("kind", "reason", "tested_by")
 
 
 @dataclass(frozen=True)
 class Part:
-    """Cells of one product: every (task, method, track) at each ε (``"all"``: at any ε)."""
+    """Cells of one product: every (task, method, track) at each ε (``"all"``: at any ε), for violations of
+    ``kinds`` (None: the entry's)."""
     tasks: tuple[str, ...]
     methods: tuple[str, ...]
     tracks: tuple[str, ...]
     epsilons: tuple[float | None, ...] | str
+    kinds: tuple[str, ...] | None = None
 
     def names(self, violation: Violation) -> bool:
-        return (violation.task in self.tasks and violation.method in self.methods and violation.track in self.tracks
+        return ((self.kinds is None or violation.kind in self.kinds) and violation.task in self.tasks
+                and violation.method in self.methods and violation.track in self.tracks
                 and (self.epsilons == "all" or violation.epsilon in self.epsilons))
 
 
@@ -64,9 +71,10 @@ class Explanation:
 
     def stale(self, found: list[Violation]) -> list[str]:
         """Every cell the entry names that matches none of ``found`` (module docstring)."""
-        matched = {(v.task, v.method, v.track, v.epsilon) for v in found if self.explains(v)}
         stale = []
         for part in self.parts:
+            matched = {(v.task, v.method, v.track, v.epsilon) for v in found
+                       if self.explains(v) and part.names(v)}  # a cell explained by another part is not this one's
             for task, method, track in itertools.product(part.tasks, part.methods, part.tracks):
                 if part.epsilons == "all":
                     if not any(cell[:3] == (task, method, track) for cell in matched):
@@ -106,7 +114,10 @@ def _part(value: Any) -> Part | str:
         return 'epsilons must be "all" or a non-empty list of distinct numbers (null: non-private or every ε)'
     epsilons = "all" if value["epsilons"] == "all" else tuple(None if e is None else float(e)
                                                                  for e in value["epsilons"])
-    return Part(_listed(value["task"]), _listed(value["method"]), _listed(value["track"]), epsilons)
+    kinds = _listed(value["kind"]) if "kind" in value else None
+    if kinds is not None and not _names(value["kind"]):
+        return "a part's kind must be a name or a list of distinct names"
+    return Part(_listed(value["task"]), _listed(value["method"]), _listed(value["track"]), epsilons, kinds)
 
 
 def parse(entry: Any, kinds: tuple[str, ...]) -> Explanation | str:
@@ -132,12 +143,16 @@ def parse(entry: Any, kinds: tuple[str, ...]) -> Explanation | str:
         return "cells must be a non-empty list of {task, method, track, epsilons}"
     parts = []
     for item in items:
-        if isinstance(item, dict) and set(item) - set(PART_KEYS):
-            return f"unknown keys in a part of cells: {', '.join(sorted(set(item) - set(PART_KEYS)))}"
+        unknown = set(item) - set(PART_KEYS) - set(PART_OPTIONAL) if isinstance(item, dict) else set()
+        if unknown:
+            return f"unknown keys in a part of cells: {', '.join(sorted(unknown))}"
         part = _part(item)
         if isinstance(part, str):
             return part
-        if part.epsilons == "all" and len(listed) > 1:  # every kind at every ε of a method: a blanket, not a cause
+        if part.kinds is not None and not set(part.kinds) <= set(listed):
+            return f"a part's kind must be among the entry's kinds ({', '.join(listed)})"
+        # every kind at every ε of a method: a blanket, not a cause
+        if part.epsilons == "all" and len(part.kinds or listed) > 1:
             return 'epsilons "all" takes one kind: list the ε of a cause that shows as several kinds'
         parts.append(part)
     return Explanation(tuple(listed), entry.get("relation"), tuple(parts), json.dumps(entry, ensure_ascii=False))
