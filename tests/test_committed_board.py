@@ -125,3 +125,20 @@ def test_a_committed_transcription_reruns_to_its_line(method, task, mirror):
         _script("root_causes").main(arguments)
     printed_rows = [line for line in printed.getvalue().splitlines() if not line.startswith(("#", "sigma "))]
     assert printed_rows[0] == row  # the first section's run (a control section follows in two of the files)
+
+
+def test_the_board_marks_every_random_stopping_cell_whose_release_times_are_in_the_history(capsys):
+    """Released tuned records carry only their day (a study's time is a function of its secret K), but checkpoints
+    committed before that stamp hold the same studies' times to the second: the grid's ‡ note must name exactly the
+    cells whose studies the history exposes (benchmarks/history_timing.py), so that the board says where the stamp
+    hides nothing."""
+    import subprocess
+
+    shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], capture_output=True, text=True,
+                             cwd=BOARD.parent)
+    if shallow.returncode != 0 or shallow.stdout.strip() != "false":
+        pytest.skip("needs the repository's full git history")
+    history = _script("history_timing")
+    assert history.main([str(BOARD / "results.jsonl"), "--grid", str(BOARD / "grid.json"), "--mark", "‡",
+                         "--check"]) == 0, capsys.readouterr()
+    assert capsys.readouterr().out.startswith("1575 of 2100 random-stopping releases, in 270 of 360 cells")
