@@ -1075,6 +1075,11 @@ MUTANTS = [
            "all(abs(a - rate) < 1e-3 for a in here + quiet)",
            "all(abs(a - rate) < 1e-3 for a in quiet) and 2 * sum(abs(a - rate) < 1e-3 for a in here) > len(here)",
            first="tests/test_committed_board.py::test_the_committed_exceptions_are_what_their_tests_find"),
+    Mutant("board-history-timing-unchecked", "board", "the grid's note of cells whose release times are in git's "
+           "history may name other cells than the history exposes", "benchmarks/history_timing.py",
+           "if partial or noted != cells:", "if partial:",
+           first="tests/test_committed_board.py::test_the_board_marks_every_random_stopping_cell_whose_release_times_"
+                 "are_in_the_history"),
     Mutant("board-exception-any-kind", "board", "an exception entry explains a violation of any kind at its cells",
            "dpbench/board/exceptions.py", "return (violation.kind in self.kinds and self.relation",
            "return (self.relation",

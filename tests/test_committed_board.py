@@ -127,7 +127,7 @@ def test_a_committed_transcription_reruns_to_its_line(method, task, mirror):
     assert printed_rows[0] == row  # the first section's run (a control section follows in two of the files)
 
 
-def test_the_board_marks_every_random_stopping_cell_whose_release_times_are_in_the_history(capsys):
+def test_the_board_marks_every_random_stopping_cell_whose_release_times_are_in_the_history(capsys, tmp_path):
     """Released tuned records carry only their day (a study's time is a function of its secret K), but checkpoints
     committed before that stamp hold the same studies' times to the second: the grid's ‡ note must name exactly the
     cells whose studies the history exposes (benchmarks/history_timing.py), so that the board says where the stamp
@@ -142,3 +142,11 @@ def test_the_board_marks_every_random_stopping_cell_whose_release_times_are_in_t
     assert history.main([str(BOARD / "results.jsonl"), "--grid", str(BOARD / "grid.json"), "--mark", "‡",
                          "--check"]) == 0, capsys.readouterr()
     assert capsys.readouterr().out.startswith("1575 of 2100 random-stopping releases, in 270 of 360 cells")
+    grid = json.loads((BOARD / "grid.json").read_text())
+    [note] = [note for note in grid["notes"] if note["mark"] == "‡"]
+    for wrong in ({**note, "cells": note["cells"][1:]},  # one exposed cell not marked
+                  {**note, "cells": [*note["cells"], {**note["cells"][0], "method": "bandmf"}]}):  # one too many
+        (tmp_path / "grid.json").write_text(json.dumps({**grid, "notes": [n for n in grid["notes"] if n is not note]
+                                                        + [wrong]}))
+        assert history.main([str(BOARD / "results.jsonl"), "--grid", str(tmp_path / "grid.json"), "--mark", "‡",
+                             "--check"]) == 1
