@@ -1080,6 +1080,20 @@ MUTANTS = [
            "if partial or noted != cells:", "if partial:",
            first="tests/test_committed_board.py::test_the_board_marks_every_random_stopping_cell_whose_release_times_"
                  "are_in_the_history"),
+    Mutant("board-exception-part-without-kind", "board", "a part without a kind in an entry of several kinds explains "
+           "its cells for all of them", "dpbench/board/exceptions.py",
+           "if len(listed) > 1 and (part.kinds is None or len(part.kinds) != 1):", "if False:",
+           first="tests/test_board_check.py::test_one_cause_may_name_irregular_cells_and_several_kinds"),
+    Mutant("board-exception-transcription-ignores-board", "board", "a transcription explains a collapsed cell some of "
+           "whose board seeds learn", "benchmarks/violation_causes.py",
+           "and board.at_majority(key) == len(cell.values)):", "):",
+           first="tests/test_benchmarks.py::test_a_transcription_explains_a_collapse_only_where_every_board_seed_"
+                 "collapses"),
+    Mutant("board-exception-transcription-other-settings", "board", "a transcription run at other settings than the "
+           "cell's records (batch size, epochs, lr, clip) explains its collapse", "benchmarks/violation_causes.py",
+           "            if settings == ours]", "            if True]",
+           first="tests/test_benchmarks.py::test_a_transcription_explains_a_collapse_only_where_every_board_seed_"
+                 "collapses"),
     Mutant("board-exception-any-kind", "board", "an exception entry explains a violation of any kind at its cells",
            "dpbench/board/exceptions.py", "return (violation.kind in self.kinds and self.relation",
            "return (self.relation",
@@ -1096,6 +1110,7 @@ class Outcome:
     caught: bool
     test: str | None
     seconds: float
+    commit: str = ""  # the checkout's commit the outcome was measured on (a resumed run mixes commits)
 
 
 def _first_failure(output: str) -> str | None:
@@ -1130,8 +1145,9 @@ def run_mutant(mutant: Mutant, tests: list[str], timeout: float) -> Outcome:
         raise SystemExit(f"mutant {mutant.name}: pytest exited {result.returncode}, which is no test failing: "
                          f"{result.stdout.strip().splitlines()[-1:] or result.stderr.strip()[-200:]}")
     seconds = time.perf_counter() - started
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     return Outcome(mutant.name, mutant.area, mutant.defect, result.returncode != 0,
-                   _first_failure(result.stdout) if result.returncode != 0 else None, seconds)
+                   _first_failure(result.stdout) if result.returncode != 0 else None, seconds, commit.stdout.strip())
 
 
 def fingerprint(mutant: Mutant) -> str:

@@ -25,8 +25,8 @@ the median of its noise-only part (η/2)·‖(n1 − n2)/max(1, |θ1|)‖ over t
 With ``--quantile-clip`` it runs Andrew et al.'s quantile clipping with dpbench's untuned settings (γ = 0.5, η_C = 0.2,
 C_0 = ``--clip``, the count's noise σ_b = max(B/20, 5σ) as ``methods/quantile_clip.py`` sets it, and none at σ = 0;
 plain SGD steps at ``--lr``), then, under a "# control" header, the same runs with the clip pinned at C_0 (η_C = 0:
-DP-SGD at the same σ). Per run: the test accuracy, the last and smallest clip norm, and the fraction of test rows
-predicted positive. The committed outputs are ``benchmarks/results/quantile_clip_transcription_<task>.txt``::
+DP-SGD at the same σ). Per run: the test accuracy, the clip norm after the first epoch, the last and the smallest
+clip norm, and the fraction of test rows predicted positive. The committed outputs are ``benchmarks/results/quantile_clip_transcription_<task>.txt``::
 
     python benchmarks/root_causes.py --quantile-clip --task adult --batch 256 --epochs 20 --sigma 0 0.7744 --seeds 0 1 2
 
@@ -143,8 +143,9 @@ def run_quantile_clip(arrays, sigma: float, seed: int, *, clip_lr: float, lr=0.1
                             (float(z) for z in T.gaussian((), rng)), lr=lr, sigma=sigma, expected_batch_size=batch,
                             clip=clip, count_std=count_std, clip_lr=clip_lr)
     z = np.hstack([x_test, np.ones((len(x_test), 1))]) @ final.w[0]
-    return {"count_std": count_std, "accuracy": model.accuracy(final.w, x_test, y_test), "clip_last": final.clip,
-            "clip_min": min(final.clips), "predicted_positive": float((z > 0).mean())}
+    return {"count_std": count_std, "accuracy": model.accuracy(final.w, x_test, y_test),
+            "clip_epoch1": [*final.clips, final.clip][max(1, round(n / batch))],  # the clip of epoch 2's first step
+            "clip_last": final.clip, "clip_min": min(final.clips), "predicted_positive": float((z > 0).mean())}
 
 
 def run_dpadam(arrays, sigma: float, seed: int, *, lr: float, batch=32, epochs=30, clip=1.0):
@@ -160,12 +161,15 @@ def run_dpadam(arrays, sigma: float, seed: int, *, lr: float, batch=32, epochs=3
             "bias": float(final.w[0, -1]), "predicted_positive": float((z > 0).mean())}
 
 
-def main(argv=None):
+def arguments(argv=None) -> argparse.Namespace:
+    """The command line's settings (also read by ``benchmarks/violation_causes.py`` from a committed output's
+    header, to tie the transcription's settings to the board cell's)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sigma", type=float, nargs="+", required=True)
     parser.add_argument("--h2", type=float, nargs="+", default=[1.0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--h1", type=float, default=None, help="default 1e-12; h1 ≥ h2 (taken as h1 = h2) pins s at √h2")
+    parser.add_argument("--h1", type=float, default=None,
+                        help="default 1e-12; h1 ≥ h2 (taken as h1 = h2) pins s at √h2")
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--clip", type=float, default=1.0)
     parser.add_argument("--reading", choices=T.ADACLIP_READINGS, default="per-example")
@@ -177,7 +181,11 @@ def main(argv=None):
     parser.add_argument("--task", default="adult", help="a built-in task's data rows (AdaCliP: kddcup99 too)")
     parser.add_argument("--batch", type=int, default=256, help="expected batch size B (kddcup99's default: 1024)")
     parser.add_argument("--epochs", type=int, default=10, help="epochs of round(n/B) steps (kddcup99's default: 2)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = arguments(argv)
     arrays = task_arrays(args.task)
     if args.dpadam:
         keys = ["accuracy", "max_weight", "bias", "predicted_positive"]
@@ -191,7 +199,7 @@ def main(argv=None):
                     print(f"{sigma} {seed} " + " ".join(f"{result[k]:.4g}" for k in keys), flush=True)
         return
     if args.quantile_clip:
-        keys = ["count_std", "accuracy", "clip_last", "clip_min", "predicted_positive"]
+        keys = ["count_std", "accuracy", "clip_epoch1", "clip_last", "clip_min", "predicted_positive"]
         for title, clip_lr in (("quantile clipping, eta_C = 0.2, gamma = 0.5", 0.2),
                                ("control: the clip pinned at C_0 (eta_C = 0)", 0.0)):
             print(f"# {title}\nsigma seed " + " ".join(keys), flush=True)

@@ -23,6 +23,7 @@ import statistics
 import time
 from pathlib import Path
 
+from dpbench.errors import TuningError
 from dpbench.results import store
 from dpbench.run import engine
 from dpbench.spec import RunSpec
@@ -44,9 +45,13 @@ def run_cell(task: str, method: str, mode: str, seed: int) -> dict:
         record = done[0] if done else engine.run(RunSpec(method=method, task=task, epsilon=EPSILON, seed=seed,
                                                          no_wandb=True, progress_bar=False))
     else:
-        record = tune.tune(tune.TuneSpec(
-            method=method, task=task, epsilon=EPSILON, mode=mode, trials=MEAN_TRIALS, k_distribution="poisson",
-            seed=seed, no_wandb=True))
+        try:
+            record = tune.tune(tune.TuneSpec(
+                method=method, task=task, epsilon=EPSILON, mode=mode, trials=MEAN_TRIALS, k_distribution="poisson",
+                seed=seed, no_wandb=True))
+        except TuningError as error:  # the mechanism's output "nothing" (K = 0, or every trial failed): ε is spent
+            return {"task": task, "method": method, "mode": mode, "seed": seed, "test_accuracy": None,
+                    "nothing_released": str(error)}
     tuned = record.get("tuning", {})
     row = {"task": task, "method": method, "mode": mode, "seed": seed,
            "test_accuracy": record["metrics"]["test_accuracy"], "epsilon": record["epsilon"],
@@ -62,20 +67,23 @@ def markdown(rows: list[dict], tasks: list[str], methods: list[str]) -> str:
              f"(n = seeds measured). random-stopping: K ~ Poisson(mean {MEAN_TRIALS}), the ε covers the tuning; "
              f"oracle: {MEAN_TRIALS} trials at ε = {EPSILON:g} each, best on the test set (tuning not private); "
              "defaults: the task's hyperparameters, no tuning. K and each study's duration are the study's secret "
-             "and not written.", "",
+             "and not written; a study that released nothing (K = 0, probability e^-8, or every trial failed) is "
+             "counted apart, as the mechanism's output it is.", "",
              "| task | method | random-stopping (private) | oracle (tuning not private) | defaults (no tuning) |",
              "| --- | --- | --- | --- | --- |"]
     for task in tasks:
         for method in methods:
             cells = []
             for mode in MODES:
-                values = [r["test_accuracy"] for r in rows
-                          if (r["task"], r["method"], r["mode"]) == (task, method, mode)]
+                measured = [r["test_accuracy"] for r in rows
+                            if (r["task"], r["method"], r["mode"]) == (task, method, mode)]
+                values = [value for value in measured if value is not None]
+                nothing = f", {len(measured) - len(values)} released nothing" if len(values) < len(measured) else ""
                 if not values:
-                    cells.append("not measured")
+                    cells.append(f"not measured{nothing}")
                     continue
                 spread = f" ± {statistics.stdev(values):.3f}" if len(values) > 1 else ""
-                cells.append(f"{statistics.fmean(values):.3f}{spread} (n = {len(values)})")
+                cells.append(f"{statistics.fmean(values):.3f}{spread} (n = {len(values)}{nothing})")
             lines.append(f"| {task} | {method} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -115,6 +115,39 @@ def _script(name):
     return module
 
 
+@pytest.mark.parametrize("learning_seeds, batch", [(0, 32), (2, 32), (0, 64)])
+def test_a_transcription_explains_a_collapse_only_where_every_board_seed_collapses(tmp_path, capsys, monkeypatch,
+                                                                                learning_seeds, batch):
+    """violation_causes.py's quantile-clip-stall: a transcription that scores the majority rate at the cell's σ and
+    without noise, with a control that learns, explains an untuned collapsed cell whose every seed is at the
+    majority rate; where two of the board's five seeds learn (the cell still collapsed: not significantly above
+    the rate), the transcription's claim is not the board's, and where its command line names another batch size
+    than the records' it is another experiment: the cell stays unexplained."""
+    from tests.test_leaderboard import add_run
+
+    causes = _script("violation_causes")
+    hp = {"batch_size": 32, "epochs": 3, "lr": 0.1, "clip": 1.0}
+    for seed in range(5):
+        accuracy = 0.1 + (0.02 + 0.01 * seed if seed >= 5 - learning_seeds else 0.0)
+        add_run(accuracy, method="quantile_clip", seed=seed, test_majority_rate=0.1, hyperparameters=hp)
+    (tmp_path / "quantile_clip_transcription_digits.txt").write_text(
+        f"# python benchmarks/root_causes.py --quantile-clip --task digits --batch {batch} --epochs 3 --sigma 0 1.1 "
+        "--seeds 0 1\n# quantile clipping\nsigma seed accuracy\n0.0 0 0.1\n0.0 1 0.1\n1.1 0 0.1\n1.1 1 0.1\n"
+        "# control: the clip pinned\nsigma seed accuracy\n1.1 0 0.5\n1.1 1 0.5\n")
+    monkeypatch.setattr(causes, "TRANSCRIPTIONS", tmp_path)
+    records = tmp_path / "results.jsonl"
+    from dpbench.cli import main
+
+    assert main(["leaderboard", "--format", "jsonl", "--out", str(records)]) == 0
+    capsys.readouterr()
+    assert causes.main([str(records)]) == 0
+    out = capsys.readouterr().out
+    explained = out.split("\nquantile-clip-stall: ")[1].split("\n")[0]
+    assert "collapsed: digits (add-remove) · none · quantile_clip · ε = 1" in out
+    assert (explained, out.split("unexplained: ")[1].split("\n")[0]) == (("1", "0") if (learning_seeds, batch) == (
+        0, 32) else ("0", "1")), out
+
+
 def test_board_spread_compares_each_random_stopping_cell_with_its_validation_twin(tmp_path, capsys):
     """Random stopping spread 4× validation's, on three seeds: the ratio, the seeds a 0.1-wide interval needs, and
     the wide ties counted (dpsgd's and dpgd's random-stopping cells, tied; dpsgd's validated twin is narrow)."""

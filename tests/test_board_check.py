@@ -185,19 +185,22 @@ def test_one_cause_may_name_irregular_cells_and_several_kinds(capsys, tmp_path):
     assert code == 1 and [line.split(": ")[0] for line in lines] == [
         "below-majority", "below-majority", "collapsed"], lines
     entry = {"kind": ["collapsed", "below-majority"], "reason": "a test of the check", "tested_by": "pytest",
-             "cells": [{"task": "digits", "method": "dpsgd", "track": "none", "epsilons": [1]},
-                       {"task": "digits", "method": "dpgd", "track": "none", "epsilons": [1, 2]}]}
+             "cells": [{"task": "digits", "method": "dpsgd", "track": "none", "epsilons": [1], "kind": "collapsed"},
+                       {"task": "digits", "method": "dpgd", "track": "none", "epsilons": [1, 2],
+                        "kind": "below-majority"}]}
     exceptions = tmp_path / "exceptions.json"
     exceptions.write_text(json.dumps([entry]))
     assert check(capsys, "--exceptions", str(exceptions)) == (0, [])
-    one_kind = {**entry, "kind": "collapsed"}  # dpgd's cells are below the rate, not collapsed: named, unexplained
+    # dpgd's cells are below the rate, not collapsed: named, unexplained
+    one_kind = {**entry, "kind": "collapsed", "cells": [{key: value for key, value in part.items() if key != "kind"}
+                                                        for part in entry["cells"]]}
     exceptions.write_text(json.dumps([one_kind]))
     code, lines = check(capsys, "--exceptions", str(exceptions))
     assert code == 1 and [line.split(":")[0] for line in lines] == [
         "below-majority", "below-majority",
         "stale exception (digits · dpgd · none · ε = 1.0, digits · dpgd · none · ε = 2.0 matches no violation)"], lines
     extra = {**entry, "cells": [*entry["cells"], {"task": "digits", "method": "dpgd", "track": "none",
-                                                  "epsilons": [8]}]}
+                                                  "epsilons": [8], "kind": "below-majority"}]}
     exceptions.write_text(json.dumps([extra]))
     code, lines = check(capsys, "--exceptions", str(exceptions))
     assert code == 1 and [line.split(":")[0] for line in lines] == [
@@ -208,8 +211,11 @@ def test_one_cause_may_name_irregular_cells_and_several_kinds(capsys, tmp_path):
                   {**entry, "cells": []}, {**entry, "cells": [{**part, "tracks": "none"}]},
                   {**entry, "cells": [{key: value for key, value in part.items() if key != "epsilons"}]},
                   {**entry, "kind": ["collapsed", "collapse"]}, {**entry, "kind": ["collapsed", "collapsed"]},
-                  {**entry, "kind": []}, {**entry, "cells": [{**part, "epsilons": "all"}]},
-                  {**entry, "cells": [{**part, "epsilons": [10 ** 400]}]}):
+                  {**entry, "kind": []}, {**entry, "cells": [{**part, "epsilons": "all", "kind": None}]},
+                  {**entry, "cells": [{**part, "epsilons": [10 ** 400]}]},
+                  # several kinds: each part names one (none, or two, would explain its cells for kinds not tested)
+                  {**entry, "cells": [{key: value for key, value in part.items() if key != "kind"}]},
+                  {**entry, "cells": [{**part, "kind": ["collapsed", "below-majority"]}]}):
         exceptions.write_text(json.dumps([entry, wrong]))
         code, lines = check(capsys, "--exceptions", str(exceptions))
         assert code == 2 and lines == [], wrong

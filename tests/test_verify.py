@@ -337,18 +337,23 @@ def test_an_audit_claiming_a_pass_it_failed(tmp_path, genuine):
 #: A record of the board committed before the rebuild of 27 November 2026 whose ε another 2-core machine recomputed
 #: 1.4e-6 (relative) lower (issue 31, item 6): adult, DP-SGD, σ 2.949, q 0.00708, 1410 releases, replace-one, PLD.
 #: Kept here as it was released (the rebuilt board no longer holds it).
-BOARD_RECORD = Path(__file__).resolve().parent / "data" / "record_97fe18125e5f260d.json"
+BOARD_RECORD = Path(__file__).resolve().parent / "data" / "record_97fe18125e5f260d.json"  # adult, δ 7.6e-10
+#: An untuned kddcup99 DP-SGD record at ε = 2 (δ 6.4e-12), made on another machine: one of the 45 a third machine
+#: recomputed 1.4e-3 higher, beyond the seven-variant spread verify used until 28 November 2026.
+TINY_DELTA_RECORD = BOARD_RECORD.with_name("record_96f5899ada9d3e85.json")
 
 
-def board_record():
-    return json.loads(BOARD_RECORD.read_text())
+def board_record(path=BOARD_RECORD):
+    return json.loads(path.read_text())
 
 
-def test_the_verdict_is_stable_under_rounding_perturbations():
+@pytest.mark.parametrize("path", [BOARD_RECORD, TINY_DELTA_RECORD], ids=["adult", "kddcup99"])
+def test_the_verdict_is_stable_under_rounding_perturbations(path):
     """Issue 31, item 6: recomputations with σ or the PLD's discretization interval perturbed at rounding level
-    (what another machine's floating-point kernels amount to) move ε by more than the old tolerance 1e-6, and every
-    one of them is accepted; a record below the recomputation by more than the accountant's error bound is not."""
-    record = board_record()
+    (what another machine's floating-point kernels amount to) move ε (by more than the old tolerance 1e-6 on
+    kddcup99's δ on any machine; on adult's, on some), and every one of them is accepted; a record below the
+    recomputation by more than the accountant's error bound is not."""
+    record = board_record(path)
     relation = dp_accounting.NeighboringRelation.REPLACE_ONE
 
     def spent(sigma=record["noise_multiplier"], interval=recompute.PLD_INTERVAL):
@@ -359,12 +364,13 @@ def test_the_verdict_is_stable_under_rounding_perturbations():
     here = spent()
     perturbed = [spent(sigma=record["noise_multiplier"] * (1 + f)) for f in (1e-12, -1e-12, 1e-9, -1e-9)]
     perturbed += [spent(interval=recompute.PLD_INTERVAL * (1 + f)) for f in (1e-9, -1e-9, 1e-6, -1e-6)]
-    assert max(abs(value - here) for value in [*perturbed, record["epsilon"]]) > recompute.TOLERANCE * here
+    if path == TINY_DELTA_RECORD:
+        assert max(abs(value - here) for value in [*perturbed, record["epsilon"]]) > 1e-4 * here
     for value in [*perturbed, record["epsilon"]]:
         assert record_checks.check(forged(record, epsilon=lambda _, value=value: value)) == [], value
     event = plan_checks._run_event(record)
     bound = recompute._error(event, record["delta"], "pld", "replace-one")()
-    assert bound < 1e-3 * here  # of the rounding's and the grid's size
+    assert bound < (3e-3 if path == TINY_DELTA_RECORD else 1e-3) * here  # of the rounding's and the grid's size
     assert record_checks.check(forged(record, epsilon=lambda _: here - 1.01 * bound))[0].startswith("epsilon is")
 
 
@@ -552,7 +558,7 @@ def test_an_rdp_curve_shared_by_records_is_computed_once_and_handed_out_as_a_cop
 def test_the_spread_stops_once_it_covers_the_shortfall_with_the_same_verdict(monkeypatch):
     """The accountant's error is computed variant by variant only until it exceeds how far the record is below the
     recomputation (a spread only grows, so the verdict is the full spread's): a shortfall at rounding level costs
-    one PLD on the coarser grid, not seven; one just beyond the full spread still computes all and is refused."""
+    one PLD on the coarser grid, not thirteen; one just beyond the full spread still computes all and is refused."""
     record = board_record()
     event = plan_checks._run_event(record)
     full = recompute._error(event, record["delta"], "pld", "replace-one")()
@@ -566,7 +572,7 @@ def test_the_spread_stops_once_it_covers_the_shortfall_with_the_same_verdict(mon
     computed.clear()
     monkeypatch.setattr(recompute, "_EPSILONS", {})
     assert record_checks.check(forged(record, epsilon=lambda _: here - 1.01 * full))[0].startswith("epsilon is")
-    assert len(computed) == 7
+    assert len(computed) == 1 + len(recompute.GRID_FACTORS) + len(recompute.SCALE_FACTORS)
 
 
 @pytest.mark.parametrize("kind, changes, message", [

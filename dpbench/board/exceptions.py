@@ -14,7 +14,7 @@ the majority-class rate or below it). ``cells`` lists where the cause holds; in 
 ``track`` are a name or a list of names and the part names every combination of them at each of its ε (``null``: a
 non-private cell, or a boundary hit's every ε); a part's own ``kind`` (one of the entry's kinds or a list of them)
 narrows it to those kinds, so that one entry holds one cause however many kinds it shows as, each cell with the kind
-it was tested for. A cause whose cells form one such product may give the part's keys at the top level instead of
+it was tested for: in an entry of several kinds, each part must name exactly one. A cause whose cells form one such product may give the part's keys at the top level instead of
 ``cells``. Every cell an entry names must match a violation of one of its kinds (with
 ``"all"``, each (task, method, track) at least one): one that matches none is a stale explanation, itself a
 violation, so that an entry cannot silence a cell that did not violate when its cause was tested. The irregular
@@ -151,6 +151,8 @@ def parse(entry: Any, kinds: tuple[str, ...]) -> Explanation | str:
             return part
         if part.kinds is not None and not set(part.kinds) <= set(listed):
             return f"a part's kind must be among the entry's kinds ({', '.join(listed)})"
+        if len(listed) > 1 and (part.kinds is None or len(part.kinds) != 1):
+            return "in an entry of several kinds each part names one kind, the kind its cells were tested for"
         # every kind at every ε of a method: a blanket, not a cause
         if part.epsilons == "all" and len(part.kinds or listed) > 1:
             return 'epsilons "all" takes one kind: list the ε of a cause that shows as several kinds'
