@@ -1094,6 +1094,10 @@ MUTANTS = [
            "            if settings == ours]", "            if True]",
            first="tests/test_benchmarks.py::test_a_transcription_explains_a_collapse_only_where_every_board_seed_"
                  "collapses"),
+    Mutant("release-names-storage", "tuning", "a released tuned record names the study storage, where the secrets "
+           "live", "dpbench/tuning/released.py", '"config": tuning_config(plan_)}  # not the storage',
+           '"config": tuning_config(plan_), "storage": "sqlite:///owner/tuning.sqlite"}  # not the storage',
+           first="tests/test_tuning.py::test_the_release_reveals_neither_k_nor_the_other_trials"),
     Mutant("board-exception-any-kind", "board", "an exception entry explains a violation of any kind at its cells",
            "dpbench/board/exceptions.py", "return (violation.kind in self.kinds and self.relation",
            "return (self.relation",

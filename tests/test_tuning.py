@@ -53,8 +53,8 @@ def test_a_trial_trains_on_the_training_part_only_and_is_not_stored():
 # ---- studies -----------------------------------------------------------------------------------------------------
 
 def study_of(record):
-    storage = optuna.storages.RDBStorage(record["tuning"]["storage"])
-    return optuna.load_study(study_name=record["tuning"]["study"], storage=storage)
+    """The study behind a released record, in the default storage (the record does not say where the storage is)."""
+    return optuna.load_study(study_name=record["tuning"]["study"], storage=default_storage())
 
 
 def reproduce_total(record):
@@ -173,7 +173,7 @@ def test_a_study_is_not_reused_with_other_settings(refused, capsys):
                                        "s", "--epochs", "3", "--trials", "3")
 
 
-def test_storage_url_in_the_record_has_no_password():
+def test_a_storage_url_in_an_error_message_has_no_password():
     assert redacted("postgresql://alice:s3cret@db:5432/x") == "postgresql://alice:***@db:5432/x"
     assert redacted("sqlite:////tmp/a.sqlite") == "sqlite:////tmp/a.sqlite"
 
@@ -226,7 +226,9 @@ def test_the_release_reveals_neither_k_nor_the_other_trials(capsys):
     study = study_of(record)
     k = study.user_attrs["k"]
     tuned = record["tuning"]
-    hidden = {"trials_run", "trials_completed", "trials_failed", "selected_trial", "trial_seed", "k", "trials"}
+    # nor where the study storage, which holds the secrets, lives (a hostile review, 27 November)
+    hidden = {"trials_run", "trials_completed", "trials_failed", "selected_trial", "trial_seed", "k", "trials",
+              "storage"}
     assert not hidden & set(tuned), hidden & set(tuned)
     assert set(tuned) <= PUBLIC_TUNING_FIELDS
     assert tuned["k_distribution"]["mean"] == 3.0 and record["seed"] == 3

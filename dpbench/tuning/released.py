@@ -10,7 +10,7 @@ from dpbench.errors import TuningError
 from dpbench.results import records, store, tracking
 from dpbench.tuning.accounting import total_epsilon, trial_epsilon
 from dpbench.tuning.plan import Plan
-from dpbench.tuning.study import _release_once, redacted
+from dpbench.tuning.study import _release_once
 
 
 def tuning_config(plan_: Plan) -> dict[str, Any]:
@@ -32,13 +32,13 @@ TRIAL_ONLY_FIELDS = ("run_id", "created_at", "validation", "batched_seeds", "tra
 
 #: The keys of a released record's ``tuning``: nothing that depends on K or on the trials not selected.
 PUBLIC_TUNING_FIELDS = frozenset({"config", "study_id",
-    "mode", "sampler", "search_space", "selected_params", "study", "storage", "private", "selected_by", "trials",
+    "mode", "sampler", "search_space", "selected_params", "study", "private", "selected_by", "trials",
     "note", "per_trial_epsilon", "selected_score", "accountant", "noise_multiplier", "sample_rate",
     "gradient_evaluations", "trial_mechanism", "neighbouring", "per_trial_delta", "per_trial_event", "validation",
     "k_distribution", "total_event"})
 
 
-def released_record(plan_: Plan, study: optuna.Study, storage_url: str) -> dict[str, Any]:
+def released_record(plan_: Plan, study: optuna.Study) -> dict[str, Any]:
     """The selected trial's record with the tuning's totals (the only thing that leaves the study)."""
     spec, config = plan_.spec, plan_.config
     trials = study.get_trials(deepcopy=False)
@@ -62,7 +62,7 @@ def released_record(plan_: Plan, study: optuna.Study, storage_url: str) -> dict[
     # which one won, its seed) must stay hidden, or the release is best-of-k for a known k (PUBLIC_TUNING_FIELDS).
     tuning = {"mode": spec.mode, "sampler": config["sampler"], "search_space": plan_.space,
               "selected_params": best.params, "study": study.study_name, "study_id": study.user_attrs["study_id"],
-              "storage": redacted(storage_url), "config": tuning_config(plan_)}
+              "config": tuning_config(plan_)}  # not the storage's address: where the secrets are is the owner's
     if spec.mode == "oracle":
         tuning.update({"private": False, "selected_by": "test accuracy (not private)", "trials": int(spec.trials),
                        "note": "tuning not private: trials were selected on the test set; epsilon covers one "
@@ -104,7 +104,7 @@ def release_day(record: dict[str, Any]) -> dict[str, Any]:
 
 def _release(plan_: Plan, url: str, study: optuna.Study, name: str) -> dict[str, Any]:
     spec = plan_.spec
-    record, ours = _release_once(url, name, released_record(plan_, study, url))
+    record, ours = _release_once(url, name, released_record(plan_, study))
     if ours:
         settings = tracking.wandb_settings(spec.wandb_project, spec.wandb_entity, spec.no_wandb)
         if settings:
