@@ -439,8 +439,8 @@ MUTANTS = [
            "dpbench/trust/recompute.py", '    raise Mismatch(f"no replace-one RDP analysis of {type(event).__name__}: such a '
            'record needs the pld accountant")', "    return event", first="tests/test_verify.py"),
     Mutant("verify-target", "verify", "a gradient run's spent ε above its target is accepted", "dpbench/trust/record_checks.py",
-           "    if target is not None and spent > target * (1 + 1e-9) and spent - error() > target * (1 + 1e-9):",
-           "    if False:", first="tests/test_verify.py"),
+           "    if target is not None and spent > target * (1 + 1e-9) and spent - min(",
+           "    if False and spent - min(", first="tests/test_verify.py"),
     Mutant("verify-release-target", "verify", "a release method's ε above its target is accepted",
            "dpbench/trust/release_checks.py", '    if record["epsilon"] > record["epsilon_target"] * (1 + 1e-9):', "    if False:",
            first="tests/test_verify.py"),
@@ -1098,6 +1098,14 @@ MUTANTS = [
            "live", "dpbench/tuning/released.py", '"config": tuning_config(plan_)}  # not the storage',
            '"config": tuning_config(plan_), "storage": "sqlite:///owner/tuning.sqlite"}  # not the storage',
            first="tests/test_tuning.py::test_the_release_reveals_neither_k_nor_the_other_trials"),
+    Mutant("verify-error-uncapped", "verify", "verify excuses any shortfall its numerical-error spread covers, however "
+           "large (a tiny δ makes the spread unbounded)", "dpbench/trust/recompute.py",
+           "    if shortfall > MAX_ERROR * spent:", "    if False:",
+           first="tests/test_verify.py::test_no_numerical_error_excuses_more_than_one_percent_of_epsilon"),
+    Mutant("verify-target-error-uncapped", "verify", "verify's target check excuses any excess its numerical-error "
+           "spread covers", "dpbench/trust/record_checks.py", "spent - min(error(), MAX_ERROR * spent) > target",
+           "spent - error() > target",
+           first="tests/test_verify.py::test_no_numerical_error_excuses_more_than_one_percent_of_epsilon"),
     Mutant("board-exception-any-kind", "board", "an exception entry explains a violation of any kind at its cells",
            "dpbench/board/exceptions.py", "return (violation.kind in self.kinds and self.relation",
            "return (self.relation",

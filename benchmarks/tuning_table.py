@@ -49,9 +49,9 @@ def run_cell(task: str, method: str, mode: str, seed: int) -> dict:
             record = tune.tune(tune.TuneSpec(
                 method=method, task=task, epsilon=EPSILON, mode=mode, trials=MEAN_TRIALS, k_distribution="poisson",
                 seed=seed, no_wandb=True))
-        except TuningError as error:  # the mechanism's output "nothing" (K = 0, or every trial failed): ε is spent
+        except TuningError:  # the mechanism's output "nothing" (K = 0, or every trial failed, which stays hidden)
             return {"task": task, "method": method, "mode": mode, "seed": seed, "test_accuracy": None,
-                    "nothing_released": str(error)}
+                    "nothing_released": True}
     tuned = record.get("tuning", {})
     row = {"task": task, "method": method, "mode": mode, "seed": seed,
            "test_accuracy": record["metrics"]["test_accuracy"], "epsilon": record["epsilon"],

@@ -21,8 +21,8 @@ from dpbench.trust import audit
 from dpbench.trust.canaries import OBSERVERS
 from dpbench.trust.plan_checks import (_builtin, _builtin_task, _charged_sigma, _options, _plan, _run_event,
                                       _training_event, check_n_train, check_test_set)
-from dpbench.trust.recompute import (Mismatch, _at_least, _check_delta, _check_positive, _close, _doubled, _epsilon,
-                                     _error, _rdp, _rdp_error)
+from dpbench.trust.recompute import (MAX_ERROR, Mismatch, _at_least, _check_delta, _check_positive, _close, _doubled,
+                                     _epsilon, _error, _rdp, _rdp_error)
 from dpbench.trust.release_checks import (_check_output_sensitivities, _check_relation, _output_classifiers,
                                           check_release)
 
@@ -45,7 +45,8 @@ def _check_gradient_run(record: dict[str, Any], epsilon_key: str = "epsilon") ->
     spent, error = _epsilon(event, delta, accountant, relation), _error(event, delta, accountant, relation)
     _at_least(spent, record[epsilon_key], epsilon_key, error)
     target = record.get("epsilon_target")
-    if target is not None and spent > target * (1 + 1e-9) and spent - error() > target * (1 + 1e-9):
+    if target is not None and spent > target * (1 + 1e-9) and spent - min(error(), MAX_ERROR * spent) > target * (
+            1 + 1e-9):
         raise Mismatch(f"spent ε {spent:.10g} exceeds the target {target}")
     return spent, error
 
