@@ -220,7 +220,7 @@ MUTANTS = [
            first="tests/test_verify.py::test_an_adaptive_record_charged_as_random_stopping_fails"),
     Mutant("verify-audit-claim-above-spent", "verify", "an audit may claim more ε than its run spent (a failure "
            "then reads as a pass)", "dpbench/trust/record_checks.py",
-           "    if excess > 0 and excess > error(beyond=excess):", "    if False:",
+           "    if excess > 0 and (excess > MAX_ERROR", "    if False and (excess > MAX_ERROR",
            first="tests/test_verify.py::test_an_audit_that_failed_cannot_pass_by_claiming_more_than_its_run_spent"),
     Mutant("verify-tuned-record-not-private", "verify", "a privately tuned record marked private = false skips the δ "
            "and code checks", "dpbench/trust/record_checks.py",
@@ -1106,6 +1106,20 @@ MUTANTS = [
            "spread covers", "dpbench/trust/record_checks.py", "spent - min(error(), MAX_ERROR * spent) > target",
            "spent - error() > target",
            first="tests/test_verify.py::test_no_numerical_error_excuses_more_than_one_percent_of_epsilon"),
+    Mutant("verify-audit-claim-uncapped", "verify", "an audit's claim above its run's ε is excused by any numerical "
+           "error, however large (a failed audit passes at a tiny δ)", "dpbench/trust/record_checks.py",
+           "(excess > MAX_ERROR * spent or excess > error(beyond=excess))", "excess > error(beyond=excess)",
+           first="tests/test_verify.py::test_a_failed_audit_cannot_pass_by_a_claim_its_numerical_error_covers_at_a_"
+                 "tiny_delta"),
+    Mutant("wandb-metadata-on", "tracking", "W&B records the command line (a --storage URL with its password) and "
+           "the host", "dpbench/results/tracking.py",
+           'RUN_SETTINGS = {"silent": True, "x_disable_meta": True,',
+           'RUN_SETTINGS = {"silent": True, "x_disable_meta": False,',
+           first="tests/test_wandb.py"),
+    Mutant("verify-tuning-extra-fields", "verify", "a private tuning's record may carry fields no release writes "
+           "(K, the selected trial)", "dpbench/trust/record_checks.py",
+           '    extra = set(tuned) - PUBLIC_TUNING_FIELDS - {"storage"}', "    extra = set()",
+           first="tests/test_verify.py::test_a_private_tuning_record_that_publishes_k_or_the_trials_fails"),
     Mutant("board-exception-any-kind", "board", "an exception entry explains a violation of any kind at its cells",
            "dpbench/board/exceptions.py", "return (violation.kind in self.kinds and self.relation",
            "return (self.relation",

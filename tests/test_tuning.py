@@ -233,6 +233,7 @@ def test_the_release_reveals_neither_k_nor_the_other_trials(capsys):
     assert set(tuned) <= PUBLIC_TUNING_FIELDS
     assert tuned["k_distribution"]["mean"] == 3.0 and record["seed"] == 3
     text = json.dumps(record)
+    assert default_storage() not in text and default_storage().split("///", 1)[1] not in text  # under any key
     assert not [t.number for t in study.get_trials() if str(t.user_attrs["record"]["seed"]) in text]  # nor their seeds
     assert str(study_secret(study)) not in text and tuned["study_id"] == study.user_attrs["study_id"]
     assert k >= 1

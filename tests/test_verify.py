@@ -893,6 +893,41 @@ def test_an_audit_that_failed_cannot_pass_by_claiming_more_than_its_run_spent(tm
     assert problem.startswith("epsilon_claimed ") and "is above the" in problem
 
 
+def test_a_failed_audit_cannot_pass_by_a_claim_its_numerical_error_covers_at_a_tiny_delta():
+    """A review's forgery (28 November): a genuinely failed audit of the committed audit table moved to δ = 1.5e-15,
+    where the PLD's variants spread over 10% of ε, passed with a claim 8% above what its run spent. The claim check
+    excuses at most 1% of ε, as the ε checks do."""
+    table = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "audit_table.json")
+                       .read_text())
+    record = copy.deepcopy(next(row["record"] for row in table if row["record"].get("passed") is False
+                                and row["record"]["method"] == "cheat_stack_walker"))
+    delta = 1.5e-15
+    spent = recompute._epsilon(plan_checks._run_event(record), delta, "pld", record["neighbouring"])
+    significance = (1 - record["confidence"]) / len(record["guess_grid"])
+    for row in record["guess_grid"]:
+        row["epsilon_lower_bound"] = audit.epsilon_lower_bound(record["canaries"], row["guesses"], row["correct"],
+                                                               delta, significance)
+    best = max(record["guess_grid"], key=lambda row: row["epsilon_lower_bound"])
+    record.update(delta=delta, epsilon_target=None, epsilon_lower_bound=best["epsilon_lower_bound"],
+                  guesses=best["guesses"], correct=best["correct"], score=best["score"])
+    record.pop("run_id")
+    claim = max(best["epsilon_lower_bound"], spent * 1.05)
+    assert claim < spent * 1.1
+    forged_pass = records.seal({**record, "epsilon_claimed": claim, "passed": True})
+    problems = record_checks.check(forged_pass)
+    assert problems and problems[0].startswith("epsilon_claimed ") and "is above the" in problems[0], problems
+
+
+@pytest.mark.parametrize("extra", [{"k": 7}, {"trials_run": 7, "selected_trial": 4}, {"trial_seed": 12}])
+def test_a_private_tuning_record_that_publishes_k_or_the_trials_fails(tmp_path, genuine, extra):
+    """A random-stopping release says K's distribution, never K (its ε assumes K hidden): a genuine record with K or
+    the selected trial added and resealed passed verify (a review, 28 November)."""
+    record = genuine[0]["tuned random-stopping"]
+    assert record_checks.check(record) == []
+    [problem] = problems_of(tmp_path, forged(record, tuning=lambda tuning: {**tuning, **extra}))
+    assert problem.startswith(f"tuning carries {sorted(extra)}, which no release writes"), problem
+
+
 def test_a_tuned_record_marked_not_private_fails(tmp_path, genuine):
     [problem] = problems_of(tmp_path, forged(genuine[0]["tuned random-stopping"], private=lambda _: False))
     assert problem == "tuning.private is true but the record's private is False"
@@ -1030,6 +1065,8 @@ def test_no_numerical_error_excuses_more_than_one_percent_of_epsilon():
     assert recompute._error(event, 3e-14, "pld", "replace-one")() > 0.5 * here  # the spread excuses nearly anything
     low = forged(record, delta=lambda _: 3e-14, epsilon=lambda _: 1.76)
     assert "more than the 1% verify excuses" in record_checks.check(low)[0]
+    slightly = forged(record, delta=lambda _: 3e-14, epsilon=lambda _: here * 0.98)  # 2% under, inside the spread
+    assert "more than the 1% verify excuses" in record_checks.check(slightly)[0]
     over = forged(record, delta=lambda _: 3e-14, epsilon=lambda _: here)  # honest ε, far above its target of 2
     assert record_checks.check(over)[0].startswith("spent ε")
     assert record_checks.check(forged(record, epsilon=lambda _: here)) == []  # more than recomputed: allowed

@@ -62,3 +62,24 @@ def test_release_methods_log_too(isolated_home, monkeypatch, capsys):
     assert config["method"] == "amp" and config["privacy_ledger"] == record["privacy_ledger"]
     assert summary["final/test_accuracy"] == pytest.approx(record["metrics"]["test_accuracy"])
     assert summary["final/epsilon"] == pytest.approx(record["epsilon"]) and record["wandb_run"]
+
+
+@pytest.mark.parametrize("command", [
+    ["run", "--method", "dpsgd", "--task", "breast_cancer", "--epsilon", "1", "--epochs", "1"],  # under Lightning
+    ["run", "--method", "amp", "--task", "breast_cancer", "--epsilon", "1"],  # a release method's own run
+    ["tune", "--method", "dpsgd", "--task", "breast_cancer", "--epsilon", "1", "--epochs", "1", "--trials", "2"]])
+def test_a_logged_run_carries_no_command_line_nor_folder(isolated_home, monkeypatch, capsys, command):
+    """W&B records the process's command line and host unless told not to: a tuned release's run file held the
+    ``--storage`` URL with its password (a review of 28 November). Every dpbench run turns W&B's metadata off; the
+    configuration and record (which name no storage) are what a run publishes."""
+    import sys
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    secret = "postgresql://alice:s3cret-canary@db.internal:5432/studies"
+    monkeypatch.setattr(sys, "argv", ["dpbench", *command, "--storage", secret])
+    assert main([*command, "--wandb-project", "t", "--json"]) == 0
+    capsys.readouterr()
+    (log,) = (isolated_home / "wandb").glob("wandb/offline-run-*/run-*.wandb")
+    content = log.read_bytes()
+    assert b"s3cret-canary" not in content and b"db.internal" not in content
+    assert str(isolated_home).encode() not in content  # the folder of the default study storage

@@ -56,6 +56,12 @@ def wandb_settings(project: str | None, entity: str | None, disabled: bool) -> W
     return WandbSettings(project or "dpbench", entity or os.environ.get("WANDB_ENTITY"), mode)
 
 
+#: W&B's settings for every dpbench run: quiet, and none of W&B's own metadata (the command line, which can hold a
+#: ``--storage`` URL with its password or a study's folder, the host, the program, git state, code): a run publishes
+#: its configuration and record only (a review of 28 November found the storage URL in a tuned release's run file).
+RUN_SETTINGS = {"silent": True, "x_disable_meta": True, "disable_git": True, "save_code": False, "disable_code": True}
+
+
 def _save_dir() -> str:
     save_dir = dpbench_home() / "wandb"
     save_dir.mkdir(parents=True, exist_ok=True)
@@ -67,7 +73,7 @@ def make_logger(settings: WandbSettings, config: dict[str, Any]):
     from pytorch_lightning.loggers import WandbLogger
 
     return WandbLogger(project=settings.project, entity=settings.entity, mode=settings.mode, save_dir=_save_dir(),
-                       config=config, settings={"silent": True})
+                       config=config, settings=dict(RUN_SETTINGS))
 
 
 def start_run(settings: WandbSettings, config: dict[str, Any]):
@@ -75,7 +81,7 @@ def start_run(settings: WandbSettings, config: dict[str, Any]):
     import wandb
 
     return wandb.init(project=settings.project, entity=settings.entity, mode=settings.mode, dir=_save_dir(),
-                      config=config, settings=wandb.Settings(silent=True))
+                      config=config, settings=wandb.Settings(**RUN_SETTINGS))
 
 
 def finish(run, record: dict[str, Any] | None) -> None:

@@ -73,9 +73,17 @@ def _trial_rdp(record: dict[str, Any], tuned: dict[str, Any], orders: np.ndarray
 def _check_tuned(record: dict[str, Any]) -> None:
     """A privately tuned record (random stopping, adaptive): its selected trial's mechanism, the per-trial ε and
     the whole tuning's ε."""
+    from dpbench.tuning.released import PUBLIC_TUNING_FIELDS
+
     tuned = record["tuning"]
     if tuned.get("mode") not in PRIVATE_MODES:
         raise Mismatch(f"tuning.private is true for mode {tuned.get('mode')!r}: only {PRIVATE_MODES} charge tuning")
+    # a field no release writes may say K or the other trials, which the tuning's ε needs hidden (a review, 28
+    # November: a record with tuning.k added and resealed passed); `storage` only in releases made before 28 November
+    extra = set(tuned) - PUBLIC_TUNING_FIELDS - {"storage"}
+    if extra:
+        raise Mismatch(f"tuning carries {sorted(extra)}, which no release writes: a private tuning's record says "
+                       f"nothing of K or of the trials not selected")
     sigma, q, releases = tuned["noise_multiplier"], tuned["sample_rate"], tuned["gradient_evaluations"]
     output = tuned.get("trial_mechanism", "gradient") == "output"
     method = _builtin(record)
@@ -209,7 +217,7 @@ def _check_reference(record: dict[str, Any]) -> None:
 def _check_audit(record: dict[str, Any]) -> None:
     spent, error = _check_gradient_run(record, "epsilon_claimed")
     excess = record["epsilon_claimed"] - spent  # `passed` compares the bound with the claim: the claim is the spent ε
-    if excess > 0 and excess > error(beyond=excess):
+    if excess > 0 and (excess > MAX_ERROR * spent or excess > error(beyond=excess)):  # never more than 1% excused
         raise Mismatch(f"epsilon_claimed {record['epsilon_claimed']!r} is above the {spent:.10g} its run spent: "
                        f"an audit claims what its run spent, no more (a larger claim turns a failure into a pass)")
     rows = record["guess_grid"]
