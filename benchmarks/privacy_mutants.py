@@ -15,7 +15,8 @@ change to privacy code::
 The files are restored in a ``finally`` block (and checked unmodified by git before each mutant), so an interrupted
 run leaves the tree as it was. Exit status 1 if any mutant survives (no test failed) or a snippet no longer matches
 the code (update the mutant). With ``--json`` the file is rewritten after every mutant, so a stopped run keeps what it
-measured; ``--resume`` keeps the file's outcomes of mutants whose change is unchanged and runs only the others."""
+measured; ``--resume`` keeps the file's caught outcomes of mutants whose change and first test are unchanged and
+runs only the others."""
 from __future__ import annotations
 
 import argparse
@@ -92,7 +93,8 @@ MUTANTS = [
            "calibrated multiplier, not the one it was solved for (verify refuses the genuine record)",
            "dpbench/run/planning.py", "                sigma, extra, combined = _meets_target(",
            "                sigma, extra, _ = _meets_target(",
-           first="tests/test_adaptive_clipping.py::test_a_calibrated_pair_is_checked_at_the_multiplier_finish_charges"),
+           first="tests/test_adaptive_clipping.py::test_a_pair_stepped_past_its_target_records_the_multiplier_it_was_"
+                 "solved_for"),
     Mutant("trial-pair-unchecked", "tuning", "a tuning trial's (σ, σ_b) that combine below the trial's multiplier run",
            "dpbench/run/planning.py", "                if spec.noise_is_combined and combined < spec.noise_multiplier:",
            "                if False:",
@@ -1177,15 +1179,18 @@ def run_mutant(mutant: Mutant, tests: list[str], timeout: float) -> Outcome:
 
 
 def fingerprint(mutant: Mutant) -> str:
-    """What an outcome was measured on: the mutant's defect, file and change (a changed mutant runs again)."""
-    return hashlib.sha256(json.dumps([mutant.defect, mutant.file, mutant.old, mutant.new]).encode()).hexdigest()[:16]
+    """What an outcome was measured on: the mutant's defect, file, change and first test (a changed mutant, or one
+    given another catcher, runs again)."""
+    return hashlib.sha256(json.dumps([mutant.defect, mutant.file, mutant.old, mutant.new, mutant.first])
+                          .encode()).hexdigest()[:16]
 
 
 def resumed(path: Path, chosen: list[Mutant]) -> list[Outcome]:
-    """The outcomes in ``path`` of chosen mutants whose fingerprint is unchanged."""
+    """The caught outcomes in ``path`` of chosen mutants whose fingerprint is unchanged (a survivor runs again: the
+    tests may have been fixed since)."""
     prints = {m.name: fingerprint(m) for m in chosen}
     return [Outcome(**{k: v for k, v in row.items() if k != "mutant"}) for row in json.loads(path.read_text())
-            if prints.get(row["name"]) == row.get("mutant")]
+            if prints.get(row["name"]) == row.get("mutant") and row["caught"]]
 
 
 def write(path: Path, outcomes: list[Outcome], chosen: list[Mutant]) -> None:
@@ -1202,7 +1207,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=3600, help="seconds for one mutant's test run")
     parser.add_argument("--json", help="write the outcomes here, after every mutant")
     parser.add_argument("--resume", action="store_true",
-                        help="keep --json's outcomes of mutants whose defect, file and change are unchanged")
+                        help="keep --json's caught outcomes of mutants whose defect, file, change and first test "
+                             "are unchanged")
     args = parser.parse_args()
     if args.resume and not args.json:
         parser.error("--resume needs --json")

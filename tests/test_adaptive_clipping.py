@@ -454,6 +454,28 @@ def test_a_calibrated_pair_is_checked_at_the_multiplier_finish_charges(mirror, o
     assert plan_checks._charged_sigma(planned.record) == pytest.approx(combined, rel=1e-12)
 
 
+def test_a_pair_stepped_past_its_target_records_the_multiplier_it_was_solved_for(monkeypatch, one_thread):
+    """The test above needs the PLD's ε to land over the target at the calibrated z, which depends on the machine's
+    last bits (on 28 November another machine did not step there, and a planted defect it was the catcher of
+    survived): here the first check is made to fail, so the pair steps once on any machine, and the record's
+    multiplier must be the stepped one its σ and σ_b combine to, as verify charges (review: it kept the first z)."""
+    from dpbench.trust import plan_checks
+
+    calibrated, checks = [], []
+    calibrate = planning.calibrate_noise_multiplier
+    monkeypatch.setattr(planning, "calibrate_noise_multiplier",
+                        lambda *args: calibrated.append(calibrate(*args)) or calibrated[-1])
+    monkeypatch.setattr(planning, "over_target", lambda spent, target: checks.append(spent) or len(checks) == 1)
+    spec = RunSpec(method="quantile_clip", task="digits", epsilon=1.0, overrides={"epochs": 1}, progress_bar=False,
+                   no_wandb=True, append_to_store=False)
+    record = planning.plan(spec).record
+    assert len(calibrated) == 1 and len(checks) == 2  # stepped once
+    combined = record["combined_noise_multiplier"]
+    assert combined == pytest.approx(calibrated[0] * (1 + 1e-4), rel=1e-12)
+    assert combined == pytest.approx(planning.charged_noise_multiplier(record), rel=1e-12)
+    assert plan_checks._charged_sigma(record) == pytest.approx(combined, rel=1e-12)
+
+
 def test_a_tuning_trials_pair_below_its_multiplier_is_refused_before_training(monkeypatch):
     """Review: a plugin's σ_b that is not a pure function could make the pair solved for a trial's z combine below z;
     plan refuses it before any step (the gradient at z with the count on top, here)."""

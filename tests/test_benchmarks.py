@@ -86,8 +86,9 @@ def test_every_privacy_mutant_finds_its_snippet_exactly_once():
 
 
 def test_a_resumed_mutant_run_keeps_only_outcomes_measured_on_the_same_mutant(tmp_path):
-    """privacy_mutants.py --resume: an outcome is kept only while its mutant's defect, file and change are those it
-    was measured on; an edited mutant, or a row without a fingerprint (files older than --resume), runs again."""
+    """privacy_mutants.py --resume: a caught outcome is kept only while its mutant's defect, file, change and first
+    test are those it was measured on; an edited mutant, one given another first test, a survivor (the tests may
+    have been fixed), or a row without a fingerprint (files older than --resume) runs again."""
     import dataclasses
 
     mutants = _script("privacy_mutants")
@@ -99,10 +100,15 @@ def test_a_resumed_mutant_run_keeps_only_outcomes_measured_on_the_same_mutant(tm
     assert [o.name for o in mutants.resumed(path, chosen)] == [chosen[0].name, chosen[1].name]
     edited = [chosen[0], dataclasses.replace(chosen[1], new=chosen[1].new + " "), chosen[2]]
     assert [o.name for o in mutants.resumed(path, edited)] == [chosen[0].name]
+    other_first = [chosen[0], dataclasses.replace(chosen[1], first="tests/test_cli.py"), chosen[2]]
+    assert [o.name for o in mutants.resumed(path, other_first)] == [chosen[0].name]
     rows = json.loads(path.read_text())
     del rows[0]["mutant"]
     path.write_text(json.dumps(rows))
     assert [o.name for o in mutants.resumed(path, chosen)] == [chosen[1].name]
+    mutants.write(path, [mutants.Outcome(chosen[1].name, "a", "d", False, None, 9.0),
+                         mutants.Outcome(chosen[0].name, "a", "d", True, "t", 2.0)], chosen)
+    assert [o.name for o in mutants.resumed(path, chosen)] == [chosen[0].name]  # the survivor runs again
 
 
 def _script(name):
@@ -111,6 +117,7 @@ def _script(name):
     spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent.parent / "benchmarks" /
                                                   f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # a dataclass of the script looks its module up there
     spec.loader.exec_module(module)
     return module
 
