@@ -14,10 +14,11 @@ the majority-class rate or below it). ``cells`` lists where the cause holds; in 
 ``track`` are a name or a list of names and the part names every combination of them at each of its ε (``null``: a
 non-private cell, or a boundary hit's every ε); a part's own ``kind`` (one of the entry's kinds or a list of them)
 narrows it to those kinds, so that one entry holds one cause however many kinds it shows as, each cell with the kind
-it was tested for: in an entry of several kinds, each part must name exactly one. A cause whose cells form one such product may give the part's keys at the top level instead of
-``cells``. Every cell an entry names must match a violation of one of its kinds (with
-``"all"``, each (task, method, track) at least one): one that matches none is a stale explanation, itself a
-violation, so that an entry cannot silence a cell that did not violate when its cause was tested. The irregular
+it was tested for: in an entry of several kinds, each part must name exactly one. A cause whose cells form one such
+product may give the part's keys at the top level instead of ``cells``. Every cell an entry names must match a
+violation of one of its kinds (with ``"all"``, each (task, method, track) at least one): one that matches none is a
+stale explanation, itself a violation, so that an entry cannot silence a cell that did not violate when its cause
+was tested. The irregular
 ``cells`` list (27 November 2026) lets one cause name the cells it explains, as the grid's notes do
 (:mod:`dpbench.board.notes`), rather than one entry per rectangle of them.
 """
