@@ -1122,6 +1122,10 @@ MUTANTS = [
            "(K, the selected trial)", "dpbench/trust/record_checks.py",
            '    extra = set(tuned) - PUBLIC_TUNING_FIELDS - {"storage"}', "    extra = set()",
            first="tests/test_verify.py::test_a_private_tuning_record_that_publishes_k_or_the_trials_fails"),
+    Mutant("verify-tuning-shape-unchecked", "verify", "a private tuning's nested fields (configuration, validation, "
+           "K's distribution, selected parameters, storage) may carry K or the selected trial",
+           "dpbench/trust/record_checks.py", "    _check_tuning_shape(record, tuned)\n", "",
+           first="tests/test_verify.py::test_k_nested_in_a_private_tuning_records_fields_fails"),
     Mutant("board-exception-any-kind", "board", "an exception entry explains a violation of any kind at its cells",
            "dpbench/board/exceptions.py", "return (violation.kind in self.kinds and self.relation",
            "return (self.relation",

@@ -928,6 +928,32 @@ def test_a_private_tuning_record_that_publishes_k_or_the_trials_fails(tmp_path, 
     assert problem.startswith(f"tuning carries {sorted(extra)}, which no release writes"), problem
 
 
+@pytest.mark.parametrize("field, change, message", [
+    ("tuning.config", lambda config: {**config, "trials_run": 7}, "tuning.config has the keys"),
+    ("tuning.config.trials", lambda _: 7, "tuning.config names coins"),
+    ("tuning.config.k_distribution", lambda k: {**k, "k": 7}, "tuning.k_distribution is"),
+    ("tuning.validation", lambda validation: {**validation, "k": 7}, "tuning.validation has the keys"),
+    ("tuning.k_distribution", lambda k: {**k, "k": 7}, "tuning.k_distribution is"),
+    ("tuning.selected_params", lambda params: {**params, "trial_number": 5}, "tuning.selected_params"),
+    ("tuning.storage", lambda _: {"K": 7}, "tuning.storage is")])
+def test_k_nested_in_a_private_tuning_records_fields_fails(tmp_path, genuine, field, change, message):
+    """A review of 28 November resealed K or the selected trial inside the release's nested fields, and verify passed
+    each: they must have a release's keys, and the configuration's copies must agree with the record's own."""
+    record = genuine[0]["tuned random-stopping"]
+    if field == "tuning.storage":  # a field only releases made before 28 November carry (seal stamps today)
+        def dated(storage):
+            old = copy.deepcopy(record)
+            old["tuning"]["storage"], old["created_at"] = storage, "2026-11-27T00:00:00+00:00"
+            old["run_id"] = store.content_id(old)
+            return old
+        assert record_checks.check(dated("sqlite:////owner/tuning.sqlite")) == []
+        assert record_checks.check(forged(dated("sqlite:////owner/tuning.sqlite")))[0].startswith(message)  # today
+        [problem] = problems_of(tmp_path, dated(change(None)))
+    else:
+        [problem] = problems_of(tmp_path, forged(record, **{field: change}))
+    assert problem.startswith(message), problem
+
+
 def test_a_tuned_record_marked_not_private_fails(tmp_path, genuine):
     [problem] = problems_of(tmp_path, forged(genuine[0]["tuned random-stopping"], private=lambda _: False))
     assert problem == "tuning.private is true but the record's private is False"

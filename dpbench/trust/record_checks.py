@@ -70,6 +70,46 @@ def _trial_rdp(record: dict[str, Any], tuned: dict[str, Any], orders: np.ndarray
     return _rdp(_training_event({**record, "sampler": "poisson"}, sigma, q, releases), orders, relation)
 
 
+#: The keys a release writes in ``tuning.config`` (``dpbench.tuning.released.tuning_config``), ``tuning.validation``
+#: (``dpbench.tuning.plan``) and ``tuning.k_distribution``.
+CONFIG_KEYS = {"mode", "coins", "k_distribution", "trials", "search_space", "sampler", "validation_fraction",
+               "split_seed", "overrides", "neighbouring"}
+VALIDATION_KEYS = {"fraction", "seed", "split_seed", "noise_multiplier", "sensitivity", "n_train", "n_validation"}
+K_KEYS = {"name", "eta", "mean"}
+
+
+def _check_tuning_shape(record: dict[str, Any], tuned: dict[str, Any]) -> None:
+    """The nested fields of a private tuning's release have the keys a release writes, and the copies its
+    configuration holds agree with the record's own: K or the selected trial added inside them (a review of 28
+    November resealed `tuning.config.trials_run`, `tuning.validation.k`, `selected_params.trial_number`, a dict as
+    `storage`, and passed) is refused. What a publisher writes into free text (a note, a study name) verify cannot
+    tell from anything else."""
+    config, validation = tuned.get("config"), tuned.get("validation")
+    if not isinstance(config, dict) or set(config) != CONFIG_KEYS:
+        raise Mismatch(f"tuning.config has the keys {sorted(config) if isinstance(config, dict) else config!r}, not "
+                       f"a release's {sorted(CONFIG_KEYS)}")
+    for key in ("mode", "search_space", "sampler"):  # k_distribution: compared in _check_tuned
+        if config[key] != tuned.get(key):
+            raise Mismatch(f"tuning.config.{key} is {config[key]!r}, but tuning.{key} is {tuned.get(key)!r}")
+    if config["coins"] != "study secret" or (tuned["mode"] == "random-stopping" and config["trials"] is not None):
+        raise Mismatch(f"tuning.config names coins {config['coins']!r} and trials {config['trials']!r}: a "
+                       f"random-stopping release's come from its study's secret, and its number of trials is K's")
+    if not isinstance(validation, dict) or set(validation) != VALIDATION_KEYS:
+        raise Mismatch(f"tuning.validation has the keys "
+                       f"{sorted(validation) if isinstance(validation, dict) else validation!r}, not "
+                       f"{sorted(VALIDATION_KEYS)}")
+    distribution = tuned.get("k_distribution")
+    if distribution is not None and (not isinstance(distribution, dict) or not set(distribution) <= K_KEYS):
+        raise Mismatch(f"tuning.k_distribution is {distribution!r}: a distribution's {sorted(K_KEYS)} only")
+    if not isinstance(tuned.get("selected_params"), dict) or not set(tuned["selected_params"]) <= set(
+            tuned.get("search_space") or {}):
+        raise Mismatch(f"tuning.selected_params {tuned.get('selected_params')!r} names more than the search space")
+    storage = tuned.get("storage")
+    if storage is not None and not (isinstance(storage, str) and str(record.get("created_at")) < "2026-11-28"):
+        raise Mismatch(f"tuning.storage is {storage!r}: only releases made before 28 November 2026 name their "
+                       f"storage, as its URL")
+
+
 def _check_tuned(record: dict[str, Any]) -> None:
     """A privately tuned record (random stopping, adaptive): its selected trial's mechanism, the per-trial ε and
     the whole tuning's ε."""
@@ -84,6 +124,7 @@ def _check_tuned(record: dict[str, Any]) -> None:
     if extra:
         raise Mismatch(f"tuning carries {sorted(extra)}, which no release writes: a private tuning's record says "
                        f"nothing of K or of the trials not selected")
+    _check_tuning_shape(record, tuned)
     sigma, q, releases = tuned["noise_multiplier"], tuned["sample_rate"], tuned["gradient_evaluations"]
     output = tuned.get("trial_mechanism", "gradient") == "output"
     method = _builtin(record)
