@@ -130,9 +130,9 @@ TRANSCRIBED = {"adaclip": NOT_LEARNING + ("decreasing",), "quantile_clip": ("col
 def transcription(method: str, task: str) -> list[tuple[bool, float, float, tuple]]:
     """(control, σ, accuracy, settings) of each run in the committed transcription output of ``method`` on ``task``
     (``benchmarks/root_causes.py``; a section headed "# control" holds the control's runs), read by the header's
-    column names; settings (B, epochs, lr, clip) are those of the command line that heads the run's block (the
-    control of a quantile-clipping or DP-Adam file runs at other settings of its own, which its test states); empty
-    where none was run."""
+    column names; settings (B, epochs, lr, clip) are those of the command line that heads the run's block (a DP-Adam
+    file's control section runs at its ``--control-lr`` instead; no cause reads that file); empty where none was
+    run."""
     path = TRANSCRIPTIONS / f"{method}_transcription_{task}.txt"
     rows, columns, control, settings = [], None, False, None
     for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
