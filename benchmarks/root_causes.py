@@ -184,30 +184,33 @@ def arguments(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _sections(args, keys: list[str], sections) -> None:
+    """Each (title, run) section: a "# title" header, the column names, then one line per σ and seed."""
+    for title, run in sections:
+        print(f"# {title}\nsigma seed " + " ".join(keys), flush=True)
+        for sigma in args.sigma:
+            for seed in args.seeds:
+                result = run(sigma, seed)
+                print(f"{sigma} {seed} " + " ".join(f"{result[k]:.4g}" for k in keys), flush=True)
+
+
 def main(argv=None):
     args = arguments(argv)
     arrays = task_arrays(args.task)
     if args.dpadam:
-        keys = ["accuracy", "max_weight", "bias", "predicted_positive"]
-        for title, lr in ((f"DP-Adam, lr = {args.lr:g}", args.lr), (f"control: lr = {args.control_lr:g}",
-                                                                     args.control_lr)):
-            print(f"# {title}\nsigma seed " + " ".join(keys), flush=True)
-            for sigma in args.sigma:
-                for seed in args.seeds:
-                    result = run_dpadam(arrays, sigma, seed, lr=lr, batch=args.batch, epochs=args.epochs,
-                                        clip=args.clip)
-                    print(f"{sigma} {seed} " + " ".join(f"{result[k]:.4g}" for k in keys), flush=True)
+        _sections(args, ["accuracy", "max_weight", "bias", "predicted_positive"], [
+            (f"DP-Adam, lr = {args.lr:g}", lambda sigma, seed: run_dpadam(
+                arrays, sigma, seed, lr=args.lr, batch=args.batch, epochs=args.epochs, clip=args.clip)),
+            (f"control: lr = {args.control_lr:g}", lambda sigma, seed: run_dpadam(
+                arrays, sigma, seed, lr=args.control_lr, batch=args.batch, epochs=args.epochs, clip=args.clip))])
         return
     if args.quantile_clip:
-        keys = ["count_std", "accuracy", "clip_epoch1", "clip_last", "clip_min", "predicted_positive"]
-        for title, clip_lr in (("quantile clipping, eta_C = 0.2, gamma = 0.5", 0.2),
-                               ("control: the clip pinned at C_0 (eta_C = 0)", 0.0)):
-            print(f"# {title}\nsigma seed " + " ".join(keys), flush=True)
-            for sigma in args.sigma:
-                for seed in args.seeds:
-                    result = run_quantile_clip(arrays, sigma, seed, clip_lr=clip_lr, lr=args.lr, batch=args.batch,
-                                               epochs=args.epochs, clip=args.clip)
-                    print(f"{sigma} {seed} " + " ".join(f"{result[k]:.4g}" for k in keys), flush=True)
+        _sections(args, ["count_std", "accuracy", "clip_epoch1", "clip_last", "clip_min", "predicted_positive"], [
+            (title, lambda sigma, seed, clip_lr=clip_lr: run_quantile_clip(
+                arrays, sigma, seed, clip_lr=clip_lr, lr=args.lr, batch=args.batch, epochs=args.epochs,
+                clip=args.clip))
+            for title, clip_lr in (("quantile clipping, eta_C = 0.2, gamma = 0.5", 0.2),
+                                   ("control: the clip pinned at C_0 (eta_C = 0)", 0.0))])
         return
     if args.adadp:
         keys = ["accuracy", "final_lr", "median_lr", "median_err", "median_noise_err", "accepted"]
