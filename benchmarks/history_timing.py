@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import gzip
 import json
 import subprocess
@@ -42,10 +43,11 @@ def released(records_path: str) -> dict[str, tuple[str, str, float]]:
     return studies
 
 
-def exposed(studies: dict) -> dict[str, set[str]]:
-    """The board's studies whose release appears in some committed file with a time other than midnight, and the
-    commits that hold it."""
-    found = collections.defaultdict(set)
+@functools.cache
+def committed_releases() -> tuple[tuple[str, str, str], ...]:
+    """(study id, created_at, commit) of every random-stopping release in every committed version of :data:`PATHS`
+    (read once per process: the history does not change under it)."""
+    found = []
     for path in PATHS:
         for commit in git("log", "--format=%h", "--", path).split():
             try:
@@ -56,9 +58,18 @@ def exposed(studies: dict) -> dict[str, set[str]]:
             for line in text.splitlines():
                 record = json.loads(line) if line.strip() else {}
                 tuning = record.get("tuning") or {}
-                if (tuning.get("mode") == "random-stopping" and tuning.get("study_id") in studies
-                        and not str(record.get("created_at", "")).endswith(MIDNIGHT)):
-                    found[tuning["study_id"]].add(commit)
+                if tuning.get("mode") == "random-stopping":
+                    found.append((tuning.get("study_id"), str(record.get("created_at", "")), commit))
+    return tuple(found)
+
+
+def exposed(studies: dict) -> dict[str, set[str]]:
+    """The board's studies whose release appears in some committed file with a time other than midnight, and the
+    commits that hold it."""
+    found = collections.defaultdict(set)
+    for study, created_at, commit in committed_releases():
+        if study in studies and not created_at.endswith(MIDNIGHT):
+            found[study].add(commit)
     return found
 
 
